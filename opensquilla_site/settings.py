@@ -1,0 +1,213 @@
+"""Settings, driven entirely by the environment.
+
+Embedded default: SQLite in WAL mode under ``var/`` and a Celery broker on the local
+filesystem, so a fresh machine runs web, worker and beat with no server at all.
+Scale-out: set ``DATABASE_URL`` (PostgreSQL) and ``CELERY_BROKER_URL`` (Redis or RabbitMQ).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("OPENSQUILLA_VAR_DIR", BASE_DIR / "var")).resolve()
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+DEBUG = env_bool("DJANGO_DEBUG", False)
+# Development convenience only: production settings refuse to start without a real secret.
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
+if not SECRET_KEY:
+    if env_bool("DJANGO_PRODUCTION", False):
+        raise RuntimeError("DJANGO_SECRET_KEY must be set when DJANGO_PRODUCTION is on")
+    SECRET_KEY = "insecure-dev-key-set-DJANGO_SECRET_KEY-in-production"  # noqa: S105
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "django_htmx",
+    "ninja",
+    "opensquilla_site",
+    "sessions_app",
+    "receipts_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "opensquilla_site.urls"
+WSGI_APPLICATION = "opensquilla_site.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'opensquilla.sqlite3'}"),
+        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "0")),
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            # IMMEDIATE takes the write lock at BEGIN, so the generation fence and the write
+            # it guards cannot interleave with another writer (SQLite has no SELECT FOR UPDATE).
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+            "init_command": (
+                "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;"
+            ),
+        }
+    )
+    # A file-backed test database lets a real Celery worker process share it with the tests.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test_opensquilla.sqlite3")}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+# --- OpenSquilla domain ----------------------------------------------------------------
+# No silent default: an unset workspace makes checkpoints fail with a recorded receipt
+# (DOMAIN.md 5.4 step 4), exactly like upstream's unconfigured SessionManager.
+OPENSQUILLA_CHECKPOINT_WORKSPACE = os.environ.get("OPENSQUILLA_CHECKPOINT_WORKSPACE") or None
+# Raw-fallback archives and memory notes live under each agent's memory workspace.
+# "{agent}" is replaced by the normalised agent id.
+OPENSQUILLA_MEMORY_WORKSPACE = os.environ.get("OPENSQUILLA_MEMORY_WORKSPACE") or None
+OPENSQUILLA_FLUSH_PROVIDER = os.environ.get("OPENSQUILLA_FLUSH_PROVIDER", "none")
+OPENSQUILLA_FLUSH_BASE_URL = os.environ.get("OPENSQUILLA_FLUSH_BASE_URL", "")
+OPENSQUILLA_FLUSH_API_KEY = os.environ.get("OPENSQUILLA_FLUSH_API_KEY", "")
+OPENSQUILLA_FLUSH_MODEL = os.environ.get("OPENSQUILLA_FLUSH_MODEL", "")
+OPENSQUILLA_FLUSH_TIMEOUT = float(os.environ.get("OPENSQUILLA_FLUSH_TIMEOUT", "120"))
+OPENSQUILLA_REPAIR_INTERVAL_SECONDS = float(
+    os.environ.get("OPENSQUILLA_REPAIR_INTERVAL_SECONDS", "60")
+)
+OPENSQUILLA_REPAIR_MAX_ITEMS_PER_TICK = int(
+    os.environ.get("OPENSQUILLA_REPAIR_MAX_ITEMS_PER_TICK", "5")
+)
+OPENSQUILLA_CHECKPOINT_TIMEOUT = float(os.environ.get("OPENSQUILLA_CHECKPOINT_TIMEOUT", "120"))
+
+# --- Celery ----------------------------------------------------------------------------
+# The embedded broker is kombu's filesystem transport: no server, safe across processes.
+_BROKER_DIR = VAR_DIR / "broker"
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    for sub in ("in", "processed"):
+        (_BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_BROKER_DIR / "in"),
+        "data_folder_out": str(_BROKER_DIR / "in"),
+        "processed_folder": str(_BROKER_DIR / "processed"),
+        "store_processed": False,
+    }
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+
+
+def _default_result_backend() -> str:
+    if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+        return CELERY_BROKER_URL
+    results = VAR_DIR / "celery-results"
+    results.mkdir(parents=True, exist_ok=True)
+    return f"file://{results}"
+
+
+CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or _default_result_backend()
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SOFT_TIME_LIMIT = 300
+CELERY_TASK_TIME_LIMIT = 360
+CELERY_RESULT_EXPIRES = 3600
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+
+# --- Security (production) --------------------------------------------------------------
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+if env_bool("DJANGO_PRODUCTION", False):
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
+    SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Request bodies over this size are refused before a view sees them (API 413).
+DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("DJANGO_MAX_BODY_BYTES", str(8 * 1024 * 1024)))
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,0 +1,17 @@
+from django.apps import AppConfig
+
+
+class ReceiptsAppConfig(AppConfig):
+    name = "receipts_app"
+    verbose_name = "Memory durable receipts"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # sessions_app must not import receipts_app, yet deleting a session must purge every
+        # receipt of its key in the same transaction (DOMAIN.md 3.9). receipts_app therefore
+        # registers its purge with the session service explicitly, once, at start-up.
+        from sessions_app import services as session_services
+
+        from . import ledger
+
+        session_services.register_session_purger(ledger.purge_receipts_for_session_key)

@@ -1,0 +1,90 @@
+"""The audit timeline (``ReceiptEvent``): who changed what, from which surface, and why.
+
+Services record operator actions explicitly. Status changes made by the ledger itself
+(claims, stale recovery, upserts that move a row) are recorded by the ledger with the
+actor and surface of the current ``acting_as`` block, "system" when there is none.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from opensquilla_site.timeutil import now_ms
+
+from .models import ReceiptEvent
+
+SURFACES = ReceiptEvent.SURFACES
+
+
+@dataclass(frozen=True)
+class Actor:
+    name: str = "system"
+    surface: str = "system"
+
+    def __post_init__(self) -> None:
+        if self.surface not in SURFACES:
+            raise ValueError(f"surface must be one of {', '.join(SURFACES)}; got {self.surface!r}")
+
+
+SYSTEM = Actor()
+WORKER = Actor("worker", "worker")
+_current_actor: contextvars.ContextVar[Actor] = contextvars.ContextVar("audit_actor", default=SYSTEM)
+
+
+@contextmanager
+def acting_as(actor: Actor) -> Iterator[Actor]:
+    token = _current_actor.set(actor)
+    try:
+        yield actor
+    finally:
+        _current_actor.reset(token)
+
+
+def current_actor() -> Actor:
+    return _current_actor.get()
+
+
+def build_event(
+    *,
+    receipt_id: str,
+    session_key: str = "",
+    action: str,
+    from_status: str | None = None,
+    to_status: str | None = None,
+    outcome: str | None = None,
+    reason: str | None = None,
+    plan_id: str | None = None,
+    details: dict[str, Any] | None = None,
+    actor: Actor | None = None,
+    at_ms: int | None = None,
+) -> ReceiptEvent:
+    who = actor or current_actor()
+    return ReceiptEvent(
+        receipt_id=receipt_id,
+        session_key=session_key,
+        created_at=at_ms if at_ms is not None else now_ms(),
+        actor=who.name[:150],
+        surface=who.surface,
+        action=action,
+        from_status=from_status,
+        to_status=to_status,
+        outcome=outcome,
+        reason=reason,
+        plan_id=plan_id,
+        details=details or {},
+    )
+
+
+def record_event(**kwargs: Any) -> ReceiptEvent:
+    event = build_event(**kwargs)
+    event.save(force_insert=True)
+    return event
+
+
+def record_events(events: Sequence[ReceiptEvent]) -> None:
+    if events:
+        ReceiptEvent.objects.bulk_create(events, batch_size=500)

@@ -1,0 +1,473 @@
+"""The durable receipt ledger: OpenSquilla's storage API on the Django ORM (DOMAIN.md 3).
+
+Contracts kept from upstream:
+- ``upsert`` is one ``INSERT … ON CONFLICT (idempotency_key) DO UPDATE`` (Django's
+  ``bulk_create(update_conflicts=True)`` emits exactly that on SQLite and PostgreSQL), so two
+  writers of one key can never both insert. ``receipt_id``, ``idempotency_key`` and
+  ``created_at`` are never overwritten; ``updated_at`` is always stamped.
+- The generation fence (``expected_session_id``) is read in the same transaction as the write,
+  under a row lock on PostgreSQL and the IMMEDIATE write lock on SQLite.
+- ``claim`` is a single conditional UPDATE: concurrent claimers pass a row once.
+Every function has an ``a``-prefixed async twin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import transaction
+from django.db.models import F, Q, QuerySet
+from django.db.models.functions import Substr
+
+from opensquilla_site.timeutil import now_ms
+from sessions_app.keys import agent_id_for_session_key, canonicalize_session_key
+from sessions_app.models import Session
+
+from . import audit
+from .models import MemoryDurableReceipt, new_receipt_id
+
+# Upstream's queue set: rows in these statuses are claimable by the repair worker.
+REPAIR_QUEUE_STATUSES: tuple[str, ...] = ("repair_pending", "distill_failed", "flush_failed")
+REPAIR_RUNNING_STATUS = "repair_running"
+REPAIR_PENDING_STATUS = "repair_pending"
+
+# Columns of the upstream table (DOMAIN.md 1.1), in its order.
+LEDGER_FIELDS: tuple[str, ...] = (
+    "receipt_id",
+    "session_key",
+    "session_id",
+    "turn_id",
+    "scope",
+    "source_path",
+    "target_path",
+    "content_hash",
+    "coverage_turn_id",
+    "coverage_hash",
+    "coverage_entry_count",
+    "idempotency_key",
+    "status",
+    "reason",
+    "attempt_count",
+    "next_retry_at_ms",
+    "created_at",
+    "updated_at",
+    "schema_version",
+)
+_IMMUTABLE_ON_CONFLICT = frozenset({"receipt_id", "idempotency_key", "created_at"})
+# What a conflicting upsert overwrites: every upstream column but the three above, plus our
+# derived agent column and the requeue link (a replayed failure is unresolved again).
+CONFLICT_UPDATE_FIELDS: tuple[str, ...] = tuple(
+    f for f in LEDGER_FIELDS if f not in _IMMUTABLE_ON_CONFLICT
+) + ("agent_id", "resolved_by_receipt_id")
+UPDATABLE_FIELDS = frozenset(LEDGER_FIELDS + ("resolved_by_receipt_id",)) - {
+    "receipt_id",
+    "created_at",
+}
+
+
+def generation_changed(session_key: str) -> KeyError:
+    return KeyError(f"Session generation changed: {session_key}")
+
+
+def _check_generation_fence(session_key: str, session_id: str, expected_session_id: str) -> None:
+    """Raise the upstream fence KeyError unless the live session is the expected generation.
+
+    Must run inside the write's transaction so a reset or delete cannot slip in between.
+    """
+    if session_id != expected_session_id:
+        raise generation_changed(session_key)
+    current = (
+        Session.objects.select_for_update()
+        .filter(session_key=session_key)
+        .values_list("session_id", flat=True)
+        .first()
+    )
+    if current is None or current != expected_session_id:
+        raise generation_changed(session_key)
+
+
+def _prepare_for_write(receipt: MemoryDurableReceipt, stamp_ms: int) -> MemoryDurableReceipt:
+    """Canonicalise in place (as upstream does) and return a fresh row to insert."""
+    receipt.session_key = canonicalize_session_key(receipt.session_key)
+    receipt.updated_at = stamp_ms
+    if not receipt.idempotency_key:
+        raise ValueError("idempotency_key is required")
+    if not receipt.receipt_id:
+        receipt.receipt_id = new_receipt_id()
+    if receipt.created_at is None:
+        receipt.created_at = stamp_ms
+    values = {name: getattr(receipt, name) for name in LEDGER_FIELDS}
+    values["agent_id"] = agent_id_for_session_key(receipt.session_key) or ""
+    values["resolved_by_receipt_id"] = receipt.resolved_by_receipt_id
+    return MemoryDurableReceipt(**values)
+
+
+def _insert_or_update(rows: Sequence[MemoryDurableReceipt]) -> None:
+    MemoryDurableReceipt.objects.bulk_create(
+        rows,
+        update_conflicts=True,
+        unique_fields=["idempotency_key"],
+        update_fields=list(CONFLICT_UPDATE_FIELDS),
+    )
+
+
+def upsert_memory_durable_receipt(
+    receipt: MemoryDurableReceipt, *, expected_session_id: str | None = None
+) -> MemoryDurableReceipt:
+    """Insert the receipt, or overwrite the mutable columns of the row with its key.
+
+    Returns the stored row: on a conflict it carries the original ``receipt_id`` and
+    ``created_at``. With ``expected_session_id`` the write is fenced on the live generation
+    and raises ``KeyError("Session generation changed: <key>")`` when it moved.
+    """
+    row = _prepare_for_write(receipt, now_ms())
+    with transaction.atomic():
+        if expected_session_id is not None:
+            _check_generation_fence(row.session_key, row.session_id, expected_session_id)
+        prior = (
+            MemoryDurableReceipt.objects.filter(idempotency_key=row.idempotency_key)
+            .values_list("receipt_id", "status")
+            .first()
+        )
+        _insert_or_update([row])
+        stored = MemoryDurableReceipt.objects.filter(idempotency_key=row.idempotency_key).first()
+        if stored is None:  # pragma: no cover - the insert above guarantees a row
+            raise RuntimeError(f"Receipt vanished after upsert: {row.idempotency_key}")
+        if prior is not None and prior[1] != stored.status:
+            audit.record_event(
+                receipt_id=stored.receipt_id,
+                session_key=stored.session_key,
+                action="status_change",
+                from_status=prior[1],
+                to_status=stored.status,
+                reason=stored.reason,
+                details={"via": "upsert"},
+            )
+    return stored
+
+
+def bulk_upsert_memory_durable_receipts(
+    receipts: Sequence[MemoryDurableReceipt],
+) -> list[MemoryDurableReceipt]:
+    """Upsert many unfenced receipts in one transaction; returns the stored rows in input order.
+
+    A key repeated inside one batch keeps its last values, as sequential upserts would.
+    """
+    stamp = now_ms()
+    latest: dict[str, MemoryDurableReceipt] = {}
+    for receipt in receipts:
+        row = _prepare_for_write(receipt, stamp)
+        latest[row.idempotency_key] = row
+    keys = list(latest)
+    with transaction.atomic():
+        for start in range(0, len(keys), 500):
+            _insert_or_update([latest[k] for k in keys[start : start + 500]])
+        stored = {
+            r.idempotency_key: r
+            for start in range(0, len(keys), 900)
+            for r in MemoryDurableReceipt.objects.filter(
+                idempotency_key__in=keys[start : start + 900]
+            )
+        }
+    return [stored[canonical_key] for canonical_key in (r.idempotency_key for r in receipts)]
+
+
+def update_memory_durable_receipt(receipt_id: str, **fields: Any) -> MemoryDurableReceipt:
+    """Update named columns of one row; ``updated_at`` defaults to now.
+
+    Raises ``ValueError`` for unknown field names (before any DB work) and ``KeyError`` when
+    no row has ``receipt_id``.
+    """
+    unknown = sorted(set(fields) - UPDATABLE_FIELDS)
+    if unknown:
+        raise ValueError(f"Unknown memory durable receipt fields: {', '.join(unknown)}")
+    if "session_key" in fields:
+        fields["session_key"] = canonicalize_session_key(fields["session_key"])
+        fields["agent_id"] = agent_id_for_session_key(fields["session_key"]) or ""
+    if fields.get("updated_at") is None:
+        fields["updated_at"] = now_ms()
+    with transaction.atomic():
+        prior = (
+            MemoryDurableReceipt.objects.select_for_update()
+            .filter(receipt_id=receipt_id)
+            .values_list("status", flat=True)
+            .first()
+        )
+        if prior is None:
+            raise KeyError(f"Memory durable receipt not found: {receipt_id}")
+        MemoryDurableReceipt.objects.filter(receipt_id=receipt_id).update(**fields)
+        row = MemoryDurableReceipt.objects.get(receipt_id=receipt_id)
+        if "status" in fields and prior != row.status:
+            audit.record_event(
+                receipt_id=row.receipt_id,
+                session_key=row.session_key,
+                action="status_change",
+                from_status=prior,
+                to_status=row.status,
+                reason=row.reason,
+            )
+    return row
+
+
+def _apply_limit(qs: QuerySet[MemoryDurableReceipt], limit: int) -> list[MemoryDurableReceipt]:
+    # SQLite semantics kept: 0 returns nothing, a negative limit means no limit.
+    if limit == 0:
+        return []
+    if limit < 0:
+        return list(qs)
+    return list(qs[:limit])
+
+
+def literal_prefix(
+    qs: QuerySet[MemoryDurableReceipt], field: str, prefix: str
+) -> QuerySet[MemoryDurableReceipt]:
+    """Filter ``field`` by a literal, case-sensitive prefix.
+
+    ``startswith`` escapes ``%`` and ``_`` but is case-insensitive on SQLite, so an exact
+    substring comparison is added, as upstream's ``substr(col, 1, len) = prefix``.
+    """
+    if not prefix:
+        return qs
+    alias = f"_{field}_prefix"
+    return (
+        qs.filter(**{f"{field}__startswith": prefix})
+        .alias(**{alias: Substr(field, 1, len(prefix))})
+        .filter(**{alias: prefix})
+    )
+
+
+def list_memory_durable_receipts(
+    *,
+    session_key: str | None = None,
+    session_id: str | None = None,
+    scope: str | None = None,
+    status: str | None = None,
+    coverage_turn_id: str | None = None,
+    coverage_hash: str | None = None,
+    coverage_entry_count: int | None = None,
+    idempotency_key: str | None = None,
+    limit: int = 100,
+) -> list[MemoryDurableReceipt]:
+    """Equality filters (ANDed) in SQL, oldest first (``created_at, id``)."""
+    filters: dict[str, Any] = {}
+    if session_key is not None:
+        filters["session_key"] = canonicalize_session_key(session_key)
+    for name, value in (
+        ("session_id", session_id),
+        ("scope", scope),
+        ("status", status),
+        ("coverage_turn_id", coverage_turn_id),
+        ("coverage_hash", coverage_hash),
+        ("coverage_entry_count", coverage_entry_count),
+        ("idempotency_key", idempotency_key),
+    ):
+        if value is not None:
+            filters[name] = value
+    qs = MemoryDurableReceipt.objects.filter(**filters).order_by("created_at", "id")
+    return _apply_limit(qs, limit)
+
+
+def due_q(now: int) -> Q:
+    return Q(next_retry_at_ms__isnull=True) | Q(next_retry_at_ms__lte=now)
+
+
+def list_memory_repair_receipts(
+    *,
+    statuses: Iterable[str] = REPAIR_QUEUE_STATUSES,
+    limit: int,
+    due_before_ms: int | None = None,
+    path: str | None = None,
+    session_key_prefix: str | None = None,
+) -> list[MemoryDurableReceipt]:
+    """The repair queue: NULL ``next_retry_at_ms`` first, then by retry time, age and id."""
+    status_list = list(statuses)
+    if limit <= 0 or not status_list:
+        return []
+    qs = MemoryDurableReceipt.objects.filter(status__in=status_list)
+    if due_before_ms is not None:
+        qs = qs.filter(due_q(due_before_ms))
+    if path is not None:
+        qs = qs.filter(Q(source_path=path) | Q(target_path=path))
+    if session_key_prefix:
+        qs = literal_prefix(qs, "session_key", session_key_prefix)
+    qs = qs.order_by(F("next_retry_at_ms").asc(nulls_first=True), "created_at", "id")
+    return list(qs[:limit])
+
+
+def list_recent_memory_durable_receipts(
+    *, limit: int, session_key_prefix: str | None = None
+) -> list[MemoryDurableReceipt]:
+    if limit <= 0:
+        return []
+    qs = MemoryDurableReceipt.objects.all()
+    if session_key_prefix:
+        qs = literal_prefix(qs, "session_key", session_key_prefix)
+    return list(qs.order_by("-created_at", "-id")[:limit])
+
+
+def memory_durable_receipt_exists_for_path(
+    path: str, *, session_key_prefix: str | None = None
+) -> bool:
+    qs = MemoryDurableReceipt.objects.filter(Q(source_path=path) | Q(target_path=path))
+    if session_key_prefix:
+        qs = literal_prefix(qs, "session_key", session_key_prefix)
+    return qs.exists()
+
+
+def claim_memory_repair_receipt(
+    receipt_id: str,
+    *,
+    eligible_statuses: Iterable[str] = REPAIR_QUEUE_STATUSES,
+    claimed_status: str = REPAIR_RUNNING_STATUS,
+    now_ms: int,
+) -> MemoryDurableReceipt | None:
+    """Atomically move one due, queued row to ``claimed_status``; None if another got it.
+
+    ``attempt_count`` is untouched: failure accounting happens when the attempt ends.
+    """
+    eligible = list(eligible_statuses)
+    if not eligible:
+        return None
+    with transaction.atomic():
+        source = (
+            MemoryDurableReceipt.objects.filter(receipt_id=receipt_id)
+            .values_list("status", flat=True)
+            .first()
+        )
+        changed = (
+            MemoryDurableReceipt.objects.filter(receipt_id=receipt_id, status__in=eligible)
+            .filter(due_q(now_ms))
+            .update(status=claimed_status, updated_at=now_ms)
+        )
+        if changed != 1:
+            return None
+        row = MemoryDurableReceipt.objects.get(receipt_id=receipt_id)
+        audit.record_event(
+            receipt_id=row.receipt_id,
+            session_key=row.session_key,
+            action="claim",
+            from_status=source,
+            to_status=claimed_status,
+            at_ms=now_ms,
+        )
+        return row
+
+
+def recover_stale_memory_repair_claims(
+    *,
+    running_status: str = REPAIR_RUNNING_STATUS,
+    pending_status: str = REPAIR_PENDING_STATUS,
+    stale_before_ms: int,
+    next_retry_at_ms: int,
+    updated_at_ms: int,
+    reason: str = "stale_repair_claim",
+) -> int:
+    """Return claims older than ``stale_before_ms`` to the queue; returns how many moved."""
+    with transaction.atomic():
+        stale = MemoryDurableReceipt.objects.select_for_update().filter(
+            status=running_status, updated_at__lte=stale_before_ms
+        )
+        rows = list(stale.values_list("receipt_id", "session_key"))
+        if not rows:
+            return 0
+        changed = MemoryDurableReceipt.objects.filter(
+            receipt_id__in=[r[0] for r in rows], status=running_status
+        ).update(
+            status=pending_status,
+            reason=reason,
+            next_retry_at_ms=next_retry_at_ms,
+            updated_at=updated_at_ms,
+        )
+        audit.record_events(
+            [
+                audit.build_event(
+                    receipt_id=rid,
+                    session_key=key,
+                    action="stale_recovery",
+                    from_status=running_status,
+                    to_status=pending_status,
+                    reason=reason,
+                    at_ms=updated_at_ms,
+                )
+                for rid, key in rows
+            ]
+        )
+        return changed
+
+
+def get_memory_durable_receipt(receipt_id: str) -> MemoryDurableReceipt:
+    row = MemoryDurableReceipt.objects.filter(receipt_id=receipt_id).first()
+    if row is None:
+        raise KeyError(f"Memory durable receipt not found: {receipt_id}")
+    return row
+
+
+def purge_receipts_for_session_key(session_key: str) -> int:
+    """Delete every receipt of a key (all generations); called inside the session delete."""
+    rows = list(
+        MemoryDurableReceipt.objects.filter(session_key=session_key).values_list(
+            "receipt_id", "status"
+        )
+    )
+    if not rows:
+        return 0
+    MemoryDurableReceipt.objects.filter(session_key=session_key).delete()
+    audit.record_events(
+        [
+            audit.build_event(
+                receipt_id=rid,
+                session_key=session_key,
+                action="purged",
+                from_status=status,
+                reason="session deleted",
+            )
+            for rid, status in rows
+        ]
+    )
+    return len(rows)
+
+
+
+
+class _WriteCancelled(Exception):
+    """Raised inside the write's transaction to roll it back after the caller gave up."""
+
+
+async def aupsert_memory_durable_receipt(
+    receipt: MemoryDurableReceipt, *, expected_session_id: str | None = None
+) -> MemoryDurableReceipt:
+    """Async twin of :func:`upsert_memory_durable_receipt` that honours cancellation.
+
+    A thread cannot be interrupted, so when the awaiting task is cancelled (a deadline ran
+    out) the write checks a flag just before it commits and rolls back instead: a cancelled
+    receipt write is never completed later behind the caller's back.
+    """
+    cancelled = threading.Event()
+
+    def write() -> MemoryDurableReceipt:
+        with transaction.atomic():
+            row = upsert_memory_durable_receipt(receipt, expected_session_id=expected_session_id)
+            if cancelled.is_set():
+                raise _WriteCancelled
+        return row
+
+    try:
+        return await sync_to_async(write)()
+    except asyncio.CancelledError:
+        cancelled.set()
+        raise
+
+
+abulk_upsert_memory_durable_receipts = sync_to_async(bulk_upsert_memory_durable_receipts)
+aupdate_memory_durable_receipt = sync_to_async(update_memory_durable_receipt)
+alist_memory_durable_receipts = sync_to_async(list_memory_durable_receipts)
+alist_memory_repair_receipts = sync_to_async(list_memory_repair_receipts)
+alist_recent_memory_durable_receipts = sync_to_async(list_recent_memory_durable_receipts)
+amemory_durable_receipt_exists_for_path = sync_to_async(memory_durable_receipt_exists_for_path)
+aclaim_memory_repair_receipt = sync_to_async(claim_memory_repair_receipt)
+arecover_stale_memory_repair_claims = sync_to_async(recover_stale_memory_repair_claims)
+aget_memory_durable_receipt = sync_to_async(get_memory_durable_receipt)

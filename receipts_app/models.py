@@ -1,0 +1,186 @@
+"""The durable receipt ledger, its audit timeline and requeue plans.
+
+``MemoryDurableReceipt`` carries every column of OpenSquilla's ``memory_durable_receipts``
+(DOMAIN.md 1.1). ``status`` and ``scope`` stay free text on purpose: upstream stores arbitrary
+values and an import must not reject them.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+
+from opensquilla_site.timeutil import now_ms
+
+
+def new_receipt_id() -> str:
+    return str(uuid.uuid4())
+
+
+class ReceiptQuerySet(models.QuerySet["MemoryDurableReceipt"]):
+    def newest_first(self) -> ReceiptQuerySet:
+        return self.order_by("-created_at", "-id")
+
+    def for_console(self) -> ReceiptQuerySet:
+        """The columns the receipts table shows; the wide text columns stay on the server."""
+        return self.only(
+            "id",
+            "receipt_id",
+            "session_key",
+            "session_id",
+            "agent_id",
+            "scope",
+            "status",
+            "reason",
+            "attempt_count",
+            "next_retry_at_ms",
+            "created_at",
+            "updated_at",
+        )
+
+
+class MemoryDurableReceipt(models.Model):
+    # ``id`` is the insertion order, standing in for SQLite's rowid in every
+    # "created_at, rowid" ordering of the reference implementation.
+    id = models.BigAutoField(primary_key=True)
+    receipt_id = models.CharField(max_length=128, unique=True, default=new_receipt_id)
+    session_key = models.TextField()
+    session_id = models.TextField()
+    turn_id = models.TextField(null=True, blank=True)
+    scope = models.CharField(max_length=64)
+    source_path = models.TextField(null=True, blank=True)
+    target_path = models.TextField(null=True, blank=True)
+    content_hash = models.CharField(max_length=128, null=True, blank=True)
+    coverage_turn_id = models.TextField(null=True, blank=True)
+    coverage_hash = models.CharField(max_length=128, null=True, blank=True)
+    coverage_entry_count = models.IntegerField(null=True, blank=True)
+    idempotency_key = models.TextField()
+    status = models.CharField(max_length=64)
+    reason = models.TextField(null=True, blank=True)
+    attempt_count = models.IntegerField(default=0)
+    next_retry_at_ms = models.BigIntegerField(null=True, blank=True)
+    created_at = models.BigIntegerField(default=now_ms)
+    updated_at = models.BigIntegerField(default=now_ms)
+    schema_version = models.IntegerField(default=1)
+    # Derived from session_key on every write, so the console can filter by agent on an index
+    # instead of a prefix scan. Empty for keys with no agent segment.
+    agent_id = models.CharField(max_length=64, default="", blank=True)
+    # Set by the requeue engine: the saved receipt that recovered or superseded this one.
+    resolved_by_receipt_id = models.CharField(max_length=128, null=True, blank=True)
+
+    objects = ReceiptQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["idempotency_key"], name="receipt_idempotency_key_uniq"),
+        ]
+        indexes = [
+            models.Index(
+                fields=["session_key", "status", "created_at"], name="idx_mdr_session"
+            ),
+            models.Index(
+                fields=[
+                    "session_key",
+                    "session_id",
+                    "scope",
+                    "status",
+                    "coverage_turn_id",
+                    "coverage_hash",
+                    "coverage_entry_count",
+                ],
+                name="idx_mdr_coverage",
+            ),
+            # Console status tabs and cross-session lists, newest first with keyset paging.
+            models.Index(fields=["status", "created_at", "id"], name="idx_mdr_status_created"),
+            models.Index(fields=["created_at", "id"], name="idx_mdr_created"),
+            models.Index(
+                fields=["agent_id", "status", "created_at"], name="idx_mdr_agent_status"
+            ),
+            # Repair queue: status IN (...) ordered by next_retry_at_ms, created_at.
+            models.Index(
+                fields=["status", "next_retry_at_ms", "created_at"], name="idx_mdr_repair_queue"
+            ),
+            models.Index(fields=["scope", "status"], name="idx_mdr_scope_status"),
+            models.Index(fields=["source_path"], name="idx_mdr_source_path"),
+            models.Index(fields=["target_path"], name="idx_mdr_target_path"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope}/{self.status} {self.receipt_id}"
+
+    @property
+    def agent_label(self) -> str:
+        return self.agent_id or "—"
+
+
+class ReceiptEvent(models.Model):
+    """Append-only timeline: every system status change and every operator action.
+
+    ``receipt_id`` is deliberately not a foreign key: the audit trail outlives the receipt
+    when a session delete cascades its rows.
+    """
+
+    SURFACES = ("console", "admin", "api", "cli", "worker", "system")
+
+    id = models.BigAutoField(primary_key=True)
+    receipt_id = models.CharField(max_length=128, db_index=True)
+    session_key = models.TextField(blank=True, default="")
+    created_at = models.BigIntegerField(default=now_ms)
+    actor = models.CharField(max_length=150, default="system")
+    surface = models.CharField(max_length=16, default="system")
+    action = models.CharField(max_length=32)
+    from_status = models.CharField(max_length=64, null=True, blank=True)
+    to_status = models.CharField(max_length=64, null=True, blank=True)
+    outcome = models.CharField(max_length=32, null=True, blank=True)
+    reason = models.TextField(null=True, blank=True)
+    plan_id = models.CharField(max_length=64, null=True, blank=True)
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [
+            models.Index(fields=["receipt_id", "created_at", "id"], name="idx_event_receipt"),
+            models.Index(fields=["created_at", "id"], name="idx_event_created"),
+            models.Index(fields=["actor", "created_at"], name="idx_event_actor"),
+            models.Index(fields=["surface", "action", "created_at"], name="idx_event_surface"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.receipt_id} by {self.actor}@{self.surface}"
+
+
+class RequeuePlan(models.Model):
+    """A frozen receipt filter, its dry-run preview and its batched execution."""
+
+    STATES = ("previewed", "queued", "running", "done", "failed")
+
+    plan_id = models.CharField(max_length=64, primary_key=True, default=new_receipt_id)
+    created_by = models.CharField(max_length=150, default="system")
+    surface = models.CharField(max_length=16, default="system")
+    reason = models.TextField(blank=True, default="")
+    filters = models.JSONField(default=dict)
+    # Explicit selection, when the operator picked rows rather than a whole filter.
+    receipt_ids = models.JSONField(default=list, blank=True)
+    state = models.CharField(max_length=16, default="previewed")
+    total = models.IntegerField(default=0)
+    dry_run_counts = models.JSONField(default=dict, blank=True)
+    dry_run_samples = models.JSONField(default=dict, blank=True)
+    processed = models.IntegerField(default=0)
+    result_counts = models.JSONField(default=dict, blank=True)
+    # Keyset cursor of the execution, so a redelivered task resumes instead of restarting.
+    cursor_created_at = models.BigIntegerField(null=True, blank=True)
+    cursor_id = models.BigIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    created_at = models.BigIntegerField(default=now_ms)
+    updated_at = models.BigIntegerField(default=now_ms)
+    started_at = models.BigIntegerField(null=True, blank=True)
+    finished_at = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["state", "created_at"], name="idx_plan_state")]
+
+    def __str__(self) -> str:
+        return f"plan {self.plan_id} ({self.state})"

@@ -1,0 +1,63 @@
+"""Shared fixtures, and the rule that CI may not skip a service-backed test.
+
+``.ci/run`` sets ``OPENSQUILLA_REQUIRE_SERVICES=1``. Then a test marked ``postgres``,
+``redis``, ``browser`` or ``worker`` that skips (service missing) is reported as a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from django.conf import settings as django_settings
+
+GOLDEN_DIR = Path(
+    os.environ.get(
+        "OPENSQUILLA_GOLDEN_DIR",
+        Path(__file__).resolve().parent.parent.parent / "shared" / "golden",
+    )
+)
+SERVICE_MARKERS = ("postgres", "redis", "browser", "worker")
+REQUIRE_SERVICES = os.environ.get("OPENSQUILLA_REQUIRE_SERVICES") == "1"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if not REQUIRE_SERVICES or not report.skipped:
+        return
+    needed = [m for m in SERVICE_MARKERS if item.get_closest_marker(m)]
+    if needed:
+        report.outcome = "failed"
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.longrepr = (
+            f"CI requires {', '.join(needed)} but the test skipped: {reason}"
+        )
+
+
+def is_postgres() -> bool:
+    return django_settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
+
+
+@pytest.fixture
+def workspace(tmp_path, settings) -> Path:
+    """A checkpoint workspace configured in settings, as the product runs it."""
+    root = tmp_path / "workspace"
+    root.mkdir()
+    settings.OPENSQUILLA_CHECKPOINT_WORKSPACE = str(root)
+    return root
+
+
+@pytest.fixture
+def golden_dir() -> Path:
+    if not GOLDEN_DIR.is_dir():
+        pytest.fail(f"golden data not found at {GOLDEN_DIR}; set OPENSQUILLA_GOLDEN_DIR")
+    return GOLDEN_DIR
+
+
+@pytest.fixture
+def require_postgres():
+    if not is_postgres():
+        pytest.skip("needs PostgreSQL: set DATABASE_URL=postgres://...")
