@@ -184,6 +184,13 @@ CELERY_TASK_SOFT_TIME_LIMIT = 300
 CELERY_TASK_TIME_LIMIT = 360
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE = {
+    # The repair worker's tick also sweeps work whose enqueue was lost (broker down at commit).
+    "repair-tick": {
+        "task": "receipts_app.tasks.repair_tick",
+        "schedule": OPENSQUILLA_REPAIR_INTERVAL_SECONDS,
+    },
+}
 
 # --- Security (production) --------------------------------------------------------------
 SESSION_COOKIE_HTTPONLY = True

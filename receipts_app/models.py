@@ -73,6 +73,9 @@ class MemoryDurableReceipt(models.Model):
 
     class Meta:
         ordering = ["created_at", "id"]
+        permissions = [
+            ("operate_receipts", "Can requeue, acknowledge and trigger checkpoints and flushes"),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["idempotency_key"], name="receipt_idempotency_key_uniq"),
         ]
