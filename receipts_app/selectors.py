@@ -1,0 +1,320 @@
+"""Receipt reads shared by the console, the API, the CLI and requeue plans.
+
+One filter type (``ReceiptFilter``) is parsed from query parameters the same way for every
+surface, so a filter bookmarked in the console, sent to the API or frozen in a requeue plan
+selects the same rows. Lists are keyset-paginated newest first over ``(created_at, id)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from django.db.models import QuerySet
+
+from opensquilla_site.exceptions import ValidationFailed
+from opensquilla_site.pagination import MAX_PAGE_SIZE, Page, keyset_page
+from opensquilla_site.timeutil import now_ms
+from sessions_app.keys import canonicalize_session_key, normalize_agent_id
+
+from sessions_app.models import Session
+from sessions_app.services import get_transcript
+
+from .checkpoint import checkpoint_coverage_hash, checkpoint_turn_id
+from .ledger import due_q, list_memory_durable_receipts, literal_prefix
+from .models import MemoryDurableReceipt
+
+# The vocabulary shown as console tabs, upstream's first (DOMAIN.md 2.2), then ours.
+KNOWN_STATUSES: tuple[str, ...] = (
+    "checkpoint_failed",
+    "repair_failed",
+    "repair_abandoned",
+    "repair_pending",
+    "repair_running",
+    "checkpoint_requeued",
+    "checkpoint_saved",
+    "preimage_saved",
+    "flush_appended",
+    "repair_done",
+    "checkpoint_recovered",
+    "checkpoint_superseded",
+    "acknowledged",
+    "distill_failed",
+    "flush_failed",
+    "receipt_orphaned",
+    "hash_mismatch",
+)
+FAILURE_STATUSES: tuple[str, ...] = (
+    "checkpoint_failed",
+    "repair_failed",
+    "repair_abandoned",
+    "receipt_orphaned",
+    "hash_mismatch",
+)
+KNOWN_SCOPES: tuple[str, ...] = ("checkpoint", "preimage", "flush", "repair")
+COUNT_CAP = 10_000
+_MS_MAX = 10**15  # about year 33658: anything larger is a typo, not a time
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        items: Iterable[Any] = value.split(",")
+    else:
+        items = value
+    return [str(v).strip() for v in items if str(v).strip()]
+
+
+def _as_int(name: str, value: Any, errors: dict[str, str], *, minimum: int = 0) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        errors[name] = f"{name} must be a whole number"
+        return None
+    if number < minimum or number > _MS_MAX:
+        errors[name] = f"{name} is out of range"
+        return None
+    return number
+
+
+def _as_bool(name: str, value: Any, errors: dict[str, str]) -> bool | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"0", "false", "no", "off"}:
+        return False
+    errors[name] = f"{name} must be true or false"
+    return None
+
+
+@dataclass(frozen=True)
+class ReceiptFilter:
+    statuses: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = ()
+    agent: str | None = None
+    session_key: str | None = None
+    session_key_prefix: str | None = None
+    session_id: str | None = None
+    idempotency_key: str | None = None
+    reason_contains: str | None = None
+    created_from: int | None = None
+    created_to: int | None = None
+    updated_from: int | None = None
+    updated_to: int | None = None
+    attempts_min: int | None = None
+    attempts_max: int | None = None
+    due: bool | None = None
+    receipt_ids: tuple[str, ...] = field(default=())
+
+    PARAMS = (
+        "status",
+        "scope",
+        "agent",
+        "session_key",
+        "session_key_prefix",
+        "session_id",
+        "idempotency_key",
+        "reason",
+        "created_from",
+        "created_to",
+        "updated_from",
+        "updated_to",
+        "attempts_min",
+        "attempts_max",
+        "due",
+        "receipt_id",
+    )
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> ReceiptFilter:
+        """Parse query parameters (a QueryDict or a dict). Raises ``ValidationFailed``.
+
+        Multi-valued parameters (status, scope, receipt_id) accept repeats or commas.
+        Unknown statuses are allowed on purpose: the ledger's status column is free text.
+        """
+        errors: dict[str, str] = {}
+
+        def many(name: str) -> list[str]:
+            getlist = getattr(params, "getlist", None)
+            raw = getlist(name) if getlist else params.get(name)
+            values: list[str] = []
+            for item in raw if isinstance(raw, list | tuple) else [raw]:
+                values.extend(_as_list(item))
+            return values
+
+        def text(name: str, limit: int = 1000) -> str | None:
+            value = params.get(name)
+            if value is None or str(value).strip() == "":
+                return None
+            value = str(value)
+            if len(value) > limit:
+                errors[name] = f"{name} is longer than {limit} characters"
+                return None
+            if "\x00" in value:
+                errors[name] = f"{name} must not contain NUL characters"
+                return None
+            return value
+
+        statuses = tuple(dict.fromkeys(many("status")))
+        for status in statuses:
+            if len(status) > 64:
+                errors["status"] = "status is longer than 64 characters"
+        scopes = tuple(dict.fromkeys(many("scope")))
+        agent = text("agent", 64)
+        session_key = text("session_key", 2000)
+        result = cls(
+            statuses=statuses,
+            scopes=scopes,
+            agent=normalize_agent_id(agent) if agent else None,
+            session_key=canonicalize_session_key(session_key) if session_key else None,
+            session_key_prefix=text("session_key_prefix", 2000),
+            session_id=text("session_id", 200),
+            idempotency_key=text("idempotency_key", 4000),
+            reason_contains=text("reason", 500),
+            created_from=_as_int("created_from", params.get("created_from"), errors),
+            created_to=_as_int("created_to", params.get("created_to"), errors),
+            updated_from=_as_int("updated_from", params.get("updated_from"), errors),
+            updated_to=_as_int("updated_to", params.get("updated_to"), errors),
+            attempts_min=_as_int("attempts_min", params.get("attempts_min"), errors),
+            attempts_max=_as_int("attempts_max", params.get("attempts_max"), errors),
+            due=_as_bool("due", params.get("due"), errors),
+            receipt_ids=tuple(dict.fromkeys(many("receipt_id")))[:MAX_PAGE_SIZE * 2],
+        )
+        if errors:
+            raise ValidationFailed(
+                "; ".join(errors.values()), extra={"fields": errors}
+            )
+        return result
+
+    def to_params(self) -> dict[str, Any]:
+        """The query parameters that parse back to this filter (URLs, frozen plans)."""
+        out: dict[str, Any] = {}
+        names = {
+            "statuses": "status",
+            "scopes": "scope",
+            "reason_contains": "reason",
+            "receipt_ids": "receipt_id",
+        }
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value in (None, ()):
+                continue
+            key = names.get(f.name, f.name)
+            if isinstance(value, tuple):
+                out[key] = list(value)
+            elif isinstance(value, bool):
+                out[key] = "true" if value else "false"
+            else:
+                out[key] = value
+        return out
+
+    def with_statuses(self, *statuses: str) -> ReceiptFilter:
+        values = asdict(self)
+        values["statuses"] = tuple(statuses)
+        return ReceiptFilter(**values)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.to_params()
+
+
+def filter_receipts(
+    receipt_filter: ReceiptFilter, *, now: int | None = None
+) -> QuerySet[MemoryDurableReceipt]:
+    qs = MemoryDurableReceipt.objects.all()
+    f = receipt_filter
+    if f.statuses:
+        qs = qs.filter(status__in=f.statuses)
+    if f.scopes:
+        qs = qs.filter(scope__in=f.scopes)
+    if f.agent:
+        qs = qs.filter(agent_id=f.agent)
+    if f.session_key:
+        qs = qs.filter(session_key=f.session_key)
+    if f.session_key_prefix:
+        qs = literal_prefix(qs, "session_key", f.session_key_prefix)
+    if f.session_id:
+        qs = qs.filter(session_id=f.session_id)
+    if f.idempotency_key:
+        qs = qs.filter(idempotency_key=f.idempotency_key)
+    if f.reason_contains:
+        qs = qs.filter(reason__icontains=f.reason_contains)
+    if f.created_from is not None:
+        qs = qs.filter(created_at__gte=f.created_from)
+    if f.created_to is not None:
+        qs = qs.filter(created_at__lte=f.created_to)
+    if f.updated_from is not None:
+        qs = qs.filter(updated_at__gte=f.updated_from)
+    if f.updated_to is not None:
+        qs = qs.filter(updated_at__lte=f.updated_to)
+    if f.attempts_min is not None:
+        qs = qs.filter(attempt_count__gte=f.attempts_min)
+    if f.attempts_max is not None:
+        qs = qs.filter(attempt_count__lte=f.attempts_max)
+    if f.due is not None:
+        due = due_q(now if now is not None else now_ms())
+        qs = qs.filter(due) if f.due else qs.exclude(due)
+    if f.receipt_ids:
+        qs = qs.filter(receipt_id__in=f.receipt_ids)
+    return qs
+
+
+def page_receipts(
+    receipt_filter: ReceiptFilter,
+    *,
+    cursor: str | None = None,
+    limit: int = 50,
+    for_console: bool = False,
+) -> Page:
+    qs = filter_receipts(receipt_filter)
+    if for_console:
+        qs = qs.for_console()  # type: ignore[attr-defined]
+    return keyset_page(qs, cursor=cursor, limit=limit)
+
+
+def capped_count(qs: QuerySet[Any], cap: int = COUNT_CAP) -> int:
+    """``min(count, cap + 1)`` without counting past the cap (shown as "10,000+")."""
+    return qs.order_by()[: cap + 1].count()
+
+
+def status_counts(receipt_filter: ReceiptFilter, cap: int = COUNT_CAP) -> dict[str, int]:
+    """Capped counts per known status under the filter's other criteria (one query each)."""
+    base = filter_receipts(receipt_filter.with_statuses())
+    return {status: capped_count(base.filter(status=status), cap) for status in KNOWN_STATUSES}
+
+
+def current_checkpoint_coverage(session: Session) -> tuple[MemoryDurableReceipt | None, int]:
+    """The saved checkpoint that covers the live transcript exactly, and the entry count.
+
+    This is upstream's exact coverage lookup (DOMAIN.md 10): same generation, same coverage
+    triple, ``checkpoint_saved``. A checkpoint taken before later messages does not count.
+    """
+    entries = get_transcript(session.session_id)
+    if not entries:
+        return None, 0
+    rows = list_memory_durable_receipts(
+        session_key=session.session_key,
+        session_id=session.session_id,
+        scope="checkpoint",
+        status="checkpoint_saved",
+        coverage_turn_id=checkpoint_turn_id(entries),
+        coverage_hash=checkpoint_coverage_hash(entries),
+        coverage_entry_count=len(entries),
+        limit=1,
+    )
+    return (rows[0] if rows else None), len(entries)
+
+
+def get_receipt(receipt_id: str) -> MemoryDurableReceipt:
+    row = MemoryDurableReceipt.objects.filter(receipt_id=receipt_id).first()
+    if row is None:
+        raise KeyError(f"Memory durable receipt not found: {receipt_id}")
+    return row
