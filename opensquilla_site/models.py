@@ -54,3 +54,6 @@ class IdempotentRequest(models.Model):
                 fields=["token_digest", "key"], name="idempotent_request_key_uniq"
             )
         ]
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path} [{self.key}]"

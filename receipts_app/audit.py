@@ -32,7 +32,9 @@ class Actor:
 
 SYSTEM = Actor()
 WORKER = Actor("worker", "worker")
-_current_actor: contextvars.ContextVar[Actor] = contextvars.ContextVar("audit_actor", default=SYSTEM)
+_current_actor: contextvars.ContextVar[Actor] = contextvars.ContextVar(
+    "audit_actor", default=SYSTEM
+)
 
 
 @contextmanager

@@ -420,9 +420,7 @@ async def arecord_memory_checkpoint(
         workspace = _configured_workspace(workspace_dir)
         # Looked up on the module at call time so tests can replace the writer; it runs in a
         # worker thread so the event loop never blocks on disk.
-        written = await deadline.run(
-            asyncio.to_thread(append_checkpoint_events, workspace, events)
-        )
+        written = await deadline.run(asyncio.to_thread(append_checkpoint_events, workspace, events))
     except Exception as error:
         failure = _failure_receipt(
             session_key=key,

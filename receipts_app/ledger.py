@@ -431,8 +431,6 @@ def purge_receipts_for_session_key(session_key: str) -> int:
     return len(rows)
 
 
-
-
 class _WriteCancelled(Exception):
     """Raised inside the write's transaction to roll it back after the caller gave up."""
 

@@ -77,12 +77,12 @@ class MemoryDurableReceipt(models.Model):
             ("operate_receipts", "Can requeue, acknowledge and trigger checkpoints and flushes"),
         ]
         constraints = [
-            models.UniqueConstraint(fields=["idempotency_key"], name="receipt_idempotency_key_uniq"),
+            models.UniqueConstraint(
+                fields=["idempotency_key"], name="receipt_idempotency_key_uniq"
+            ),
         ]
         indexes = [
-            models.Index(
-                fields=["session_key", "status", "created_at"], name="idx_mdr_session"
-            ),
+            models.Index(fields=["session_key", "status", "created_at"], name="idx_mdr_session"),
             models.Index(
                 fields=[
                     "session_key",
@@ -98,9 +98,7 @@ class MemoryDurableReceipt(models.Model):
             # Console status tabs and cross-session lists, newest first with keyset paging.
             models.Index(fields=["status", "created_at", "id"], name="idx_mdr_status_created"),
             models.Index(fields=["created_at", "id"], name="idx_mdr_created"),
-            models.Index(
-                fields=["agent_id", "status", "created_at"], name="idx_mdr_agent_status"
-            ),
+            models.Index(fields=["agent_id", "status", "created_at"], name="idx_mdr_agent_status"),
             # Repair queue: status IN (...) ordered by next_retry_at_ms, created_at.
             models.Index(
                 fields=["status", "next_retry_at_ms", "created_at"], name="idx_mdr_repair_queue"

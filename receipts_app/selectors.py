@@ -17,7 +17,6 @@ from opensquilla_site.exceptions import ValidationFailed
 from opensquilla_site.pagination import MAX_PAGE_SIZE, Page, keyset_page
 from opensquilla_site.timeutil import now_ms
 from sessions_app.keys import canonicalize_session_key, normalize_agent_id
-
 from sessions_app.models import Session
 from sessions_app.services import get_transcript
 
@@ -186,12 +185,10 @@ class ReceiptFilter:
             attempts_min=_as_int("attempts_min", params.get("attempts_min"), errors),
             attempts_max=_as_int("attempts_max", params.get("attempts_max"), errors),
             due=_as_bool("due", params.get("due"), errors),
-            receipt_ids=tuple(dict.fromkeys(many("receipt_id")))[:MAX_PAGE_SIZE * 2],
+            receipt_ids=tuple(dict.fromkeys(many("receipt_id")))[: MAX_PAGE_SIZE * 2],
         )
         if errors:
-            raise ValidationFailed(
-                "; ".join(errors.values()), extra={"fields": errors}
-            )
+            raise ValidationFailed("; ".join(errors.values()), extra={"fields": errors})
         return result
 
     def to_params(self) -> dict[str, Any]:

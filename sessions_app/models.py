@@ -68,7 +68,9 @@ class TranscriptEntry(models.Model):
     class Meta:
         ordering = ["created_at", "id"]
         indexes = [
-            models.Index(fields=["session_id", "created_at", "id"], name="transcript_session_order"),
+            models.Index(
+                fields=["session_id", "created_at", "id"], name="transcript_session_order"
+            ),
             models.Index(fields=["session_key"], name="transcript_session_key"),
         ]
 

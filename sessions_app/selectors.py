@@ -23,7 +23,11 @@ def filter_sessions(*, search: str | None = None, agent: str | None = None) -> Q
 
 
 def page_sessions(
-    *, search: str | None = None, agent: str | None = None, cursor: str | None = None, limit: int = 50
+    *,
+    search: str | None = None,
+    agent: str | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
 ) -> Page:
     return keyset_page(
         filter_sessions(search=search, agent=agent).for_console(),

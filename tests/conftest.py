@@ -32,9 +32,7 @@ def pytest_runtest_makereport(item, call):
     if needed:
         report.outcome = "failed"
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
-        report.longrepr = (
-            f"CI requires {', '.join(needed)} but the test skipped: {reason}"
-        )
+        report.longrepr = f"CI requires {', '.join(needed)} but the test skipped: {reason}"
 
 
 def is_postgres() -> bool:

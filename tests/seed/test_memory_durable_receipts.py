@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from receipts_app.checkpoint import checkpoint_coverage_hash, checkpoint_turn_id
+
 try:
     from receipts_app.flush import FlushReceipt, Message, SessionFlushService, ToolCall, ToolResult
 except ImportError:  # TEMP while flush is written
@@ -45,9 +46,7 @@ async def test_memory_durable_receipt_upsert_is_idempotent(tmp_path):
         await storage.upsert_memory_durable_receipt(receipt)
         await storage.upsert_memory_durable_receipt(receipt)
 
-        rows = await storage.list_memory_durable_receipts(
-            session_key="agent:main:webchat:abc"
-        )
+        rows = await storage.list_memory_durable_receipts(session_key="agent:main:webchat:abc")
         assert len(rows) == 1
         assert rows[0].status == "checkpoint_saved"
     finally:
@@ -131,9 +130,7 @@ async def test_memory_durable_receipt_update_canonicalizes_session_key(tmp_path)
             saved.receipt_id,
             session_key="webchat:default",
         )
-        rows = await storage.list_memory_durable_receipts(
-            session_key="webchat:default"
-        )
+        rows = await storage.list_memory_durable_receipts(session_key="webchat:default")
 
         assert updated.session_key == "agent:main:webchat:default"
         assert [row.receipt_id for row in rows] == ["r3"]
@@ -282,9 +279,7 @@ async def test_memory_durable_receipt_coverage_lookup_is_targeted(tmp_path):
         await storage.close()
 
 
-async def test_record_memory_checkpoint_preserves_distinct_failure_receipts(
-    tmp_path, monkeypatch
-):
+async def test_record_memory_checkpoint_preserves_distinct_failure_receipts(tmp_path, monkeypatch):
     import receipts_app.checkpoint as checkpoint
 
     storage = await SessionStorage.open(tmp_path / "sessions.db")
@@ -340,9 +335,7 @@ async def test_record_memory_checkpoint_requires_explicit_checkpoint_workspace(t
         await storage.close()
 
 
-async def test_record_memory_checkpoint_writes_checkpoint_off_event_loop(
-    tmp_path, monkeypatch
-):
+async def test_record_memory_checkpoint_writes_checkpoint_off_event_loop(tmp_path, monkeypatch):
     import receipts_app.checkpoint as checkpoint
 
     storage = await SessionStorage.open(tmp_path / "sessions.db")
@@ -392,8 +385,7 @@ async def test_session_flush_repair_receipt_writer_records_raw_fallback_in_ledge
                     scope=row["scope"],
                     target_path=row["target_path"],
                     idempotency_key=(
-                        f"{row['scope']}:{row['session_key']}:{row['status']}:"
-                        f"{row['target_path']}"
+                        f"{row['scope']}:{row['session_key']}:{row['status']}:{row['target_path']}"
                     ),
                     status=row["status"],
                     reason=row["reason"],
