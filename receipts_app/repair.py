@@ -1,0 +1,564 @@
+"""The repair worker: re-distil raw-fallback archives into memory (DOMAIN.md 8 and 2.4).
+
+One tick: return stale claims to the queue, import unreferenced archives as legacy rows,
+then claim due rows one at a time, run the flush over the archive, and record the outcome
+(``repair_done``, or ``repair_pending`` with backoff, or ``repair_abandoned`` after the
+fourth failure). Every status change goes through the ledger, which writes the audit
+event with the current actor; the worker runs as ``audit.WORKER``.
+
+Deliberate differences from upstream (see docs/WORKERS.md):
+- any exception between claim and outcome is recorded as a failed attempt, so a row is
+  never left ``repair_running`` by a bug (upstream leaves it for stale recovery);
+- a repair flush that degrades points at the source archive instead of writing a second
+  copy, so repairs never mint new "legacy" archives;
+- rows whose path is not a plain ``memory/.raw_fallbacks/*.md`` file are skipped unclaimed.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.conf import settings
+
+from opensquilla_site.timeutil import now_ms as wall_clock_ms
+from sessions_app.keys import agent_prefix, normalize_agent_id
+
+from . import audit, ledger
+from .flush import (
+    SessionFlushService,
+    flush_receipt_allows_destructive_compaction,
+    parse_raw_fallback_entries,
+)
+from .flush.archive import raw_fallback_header_reason
+from .flush_runtime import build_flush_service, memory_workspace_for_agent
+from .models import MemoryDurableReceipt
+
+logger = logging.getLogger(__name__)
+
+RAW_FALLBACK_DIR = "memory/.raw_fallbacks"
+RAW_FALLBACK_PREFIX = RAW_FALLBACK_DIR + "/"
+REPAIR_RECEIPTS_DIRNAME = ".repair_receipts"
+REPAIR_PENDING = "repair_pending"
+REPAIR_RUNNING = "repair_running"
+REPAIR_DONE = "repair_done"
+REPAIR_ABANDONED = "repair_abandoned"
+# Failed attempt n waits BACKOFF_MS[n]; the MAX_REPAIR_ATTEMPTS-th failure abandons the row.
+BACKOFF_MS: dict[int, int] = {1: 300_000, 2: 1_800_000, 3: 21_600_000}
+MAX_REPAIR_ATTEMPTS = 4
+STALE_CLAIM_MS = 30 * 60 * 1000
+STALE_RETRY_DELAY_MS = BACKOFF_MS[1]
+DEFAULT_SCAN_LIMIT = 200
+
+
+# --- attempt accounting (2.4) ---------------------------------------------------------------
+
+
+def next_attempt_number(attempt_source: MemoryDurableReceipt) -> int:
+    """The number of the attempt that just failed, counted from the row as read before claim.
+
+    A flush-created row (attempt_count 1, pending, never retried) has not been repaired yet:
+    the flush itself is not a repair attempt, so its first failure is attempt 1.
+    """
+    previous = int(attempt_source.attempt_count or 0)
+    if (
+        previous == 1
+        and attempt_source.status == REPAIR_PENDING
+        and attempt_source.next_retry_at_ms is None
+    ):
+        return 1
+    return previous + 1
+
+
+def mark_repair_attempt_failed(
+    claimed: MemoryDurableReceipt,
+    reason: str | None,
+    now_ms: int,
+    attempt_source: MemoryDurableReceipt | None = None,
+) -> MemoryDurableReceipt:
+    """Back off (5 min, 30 min, 6 h) or abandon on the fourth failure; returns the row."""
+    attempt = next_attempt_number(attempt_source or claimed)
+    reason = reason or "repair_failed"
+    if attempt >= MAX_REPAIR_ATTEMPTS:
+        return ledger.update_memory_durable_receipt(
+            claimed.receipt_id,
+            status=REPAIR_ABANDONED,
+            reason=reason,
+            attempt_count=attempt,
+            next_retry_at_ms=None,
+        )
+    return ledger.update_memory_durable_receipt(
+        claimed.receipt_id,
+        status=REPAIR_PENDING,
+        reason=reason,
+        attempt_count=attempt,
+        next_retry_at_ms=now_ms + BACKOFF_MS[attempt],
+    )
+
+
+def mark_repair_attempt_done(claimed: MemoryDurableReceipt) -> MemoryDurableReceipt:
+    # reason and attempt_count stay as they were, as upstream: they tell how it got here.
+    return ledger.update_memory_durable_receipt(
+        claimed.receipt_id, status=REPAIR_DONE, next_retry_at_ms=None
+    )
+
+
+def recover_stale_repair_claims(now_ms: int | None = None) -> int:
+    """Return claims untouched for 30 minutes to the queue (due again in 5 minutes)."""
+    now = wall_clock_ms() if now_ms is None else now_ms
+    return ledger.recover_stale_memory_repair_claims(
+        running_status=REPAIR_RUNNING,
+        pending_status=REPAIR_PENDING,
+        stale_before_ms=now - STALE_CLAIM_MS,
+        next_retry_at_ms=now + STALE_RETRY_DELAY_MS,
+        updated_at_ms=now,
+        reason="stale_repair_claim",
+    )
+
+
+# --- paths and sidecars ---------------------------------------------------------------------
+
+
+def repair_receipt_path(row: Any) -> str | None:
+    """A raw-fallback source or target path wins; else any source path, then target path."""
+    source = getattr(row, "source_path", None)
+    target = getattr(row, "target_path", None)
+    for path in (source, target):
+        if isinstance(path, str) and path.startswith(RAW_FALLBACK_PREFIX):
+            return path
+    if isinstance(source, str) and source:
+        return source
+    if isinstance(target, str) and target:
+        return target
+    return None
+
+
+def raw_fallback_rel_path(path: str) -> str:
+    """Validate a ``memory/.raw_fallbacks/<name>.md`` path (a bare name is accepted).
+
+    Raises ``ValueError`` for anything else: nested paths, ``..``, hidden files, absolute
+    paths, other suffixes. The worker never opens a file it did not validate here.
+    """
+    pure = PurePosixPath(path)
+    if pure.is_absolute() or "\\" in path or "\x00" in path:
+        raise ValueError("path must be memory/.raw_fallbacks/*.md")
+    if len(pure.parts) == 1:
+        pure = PurePosixPath(RAW_FALLBACK_DIR) / pure
+    if (
+        len(pure.parts) != 3
+        or pure.parts[:2] != ("memory", ".raw_fallbacks")
+        or pure.name.startswith(".")
+        or pure.suffix != ".md"
+    ):
+        raise ValueError("path must be memory/.raw_fallbacks/*.md")
+    return pure.as_posix()
+
+
+def sidecar_path(raw_path: Path) -> Path:
+    return raw_path.parent / REPAIR_RECEIPTS_DIRNAME / f"{raw_path.name}.json"
+
+
+def read_sidecar_status(raw_path: Path) -> str:
+    try:
+        payload = json.loads(sidecar_path(raw_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "pending"
+    if not isinstance(payload, Mapping):
+        return "pending"
+    return str(payload.get("status") or "pending")
+
+
+def write_sidecar(
+    raw_path: Path, *, status: str, reason: str | None = None, receipt: Any = None
+) -> None:
+    """``{status, reason, updatedAt, receipt}`` beside the archive, replaced atomically."""
+    target = sidecar_path(raw_path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "status": status,
+        "reason": reason,
+        "updatedAt": wall_clock_ms(),
+        "receipt": receipt.to_dict() if receipt is not None else None,
+    }
+    body = json.dumps(payload, ensure_ascii=False, indent=2, default=str)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(body)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def repair_receipt_to_wire(row: MemoryDurableReceipt) -> dict[str, Any]:
+    """The row as upstream's ``memory.repair.*`` RPCs describe it (camelCase)."""
+    path = repair_receipt_path(row)
+    return {
+        "sourceType": "raw_fallback"
+        if isinstance(path, str) and path.startswith(RAW_FALLBACK_PREFIX)
+        else "durable_receipt",
+        "receiptId": row.receipt_id,
+        "sessionId": row.session_id,
+        "sessionKey": row.session_key,
+        "turnId": row.turn_id,
+        "scope": row.scope,
+        "path": path,
+        "sourcePath": row.source_path,
+        "targetPath": row.target_path,
+        "contentHash": row.content_hash,
+        "repairStatus": row.status,
+        "reason": row.reason,
+        "attemptCount": row.attempt_count,
+        "nextRetryAtMs": row.next_retry_at_ms,
+        "createdAt": row.created_at,
+        "updatedAt": row.updated_at,
+    }
+
+
+# --- the repair flush -----------------------------------------------------------------------
+
+# The archive being repaired, so a degraded repair flush can point at it (see below).
+_source_archive: contextvars.ContextVar[tuple[str, str, int] | None] = contextvars.ContextVar(
+    "opensquilla_repair_source_archive", default=None
+)
+
+
+def reuse_source_archive(workspace: Path, **kwargs: Any) -> dict[str, Any]:
+    """Archive writer for repair flushes: the transcript is already archived in the source.
+
+    Upstream writes a fresh ``raw-fallback-<hash>`` copy when a repair flush degrades, and a
+    later tick imports that unreferenced copy as a new legacy row. Pointing at the source
+    keeps one archive per transcript and one row per piece of work.
+    """
+    source = _source_archive.get()
+    if source is None:
+        from .flush import write_raw_fallback_archive
+
+        result = write_raw_fallback_archive(workspace, **kwargs)
+        return {"relative_path": result.relative_path, "content_hash": result.content_hash}
+    path, digest, size = source
+    return {"relative_path": path, "content_hash": digest, "byte_count": size}
+
+
+def build_repair_flush_service() -> SessionFlushService:
+    return build_flush_service(archive_writer=reuse_source_archive)
+
+
+def repair_raw_fallback_source(
+    root: Path,
+    path: str,
+    *,
+    flush_service: SessionFlushService,
+    agent_id: str,
+) -> dict[str, Any]:
+    """Flush one archive again; ``status`` is ``repaired`` or ``failed_retryable``.
+
+    ``repaired`` requires a strictly safe LLM write (DOMAIN.md 6.5): a no-op or a degraded
+    flush counts as a failure, so an archive with nothing memorable is retried until it is
+    abandoned, as upstream.
+    """
+    rel = raw_fallback_rel_path(path)
+    raw_path = (root / rel).resolve()
+    raw_root = (root / RAW_FALLBACK_DIR).resolve()
+    if raw_path.parent != raw_root:
+        # A symlinked archive directory must not let the worker read outside the workspace.
+        raise ValueError("path must be memory/.raw_fallbacks/*.md")
+    try:
+        data = raw_path.read_bytes()
+    except OSError as exc:
+        return {"status": "failed_retryable", "reason": type(exc).__name__}
+    content = data.decode("utf-8", errors="replace")
+    entries = parse_raw_fallback_entries(content)
+    if not entries:
+        write_sidecar(raw_path, status="failed_retryable", reason="empty_raw_excerpt")
+        return {"status": "failed_retryable", "reason": "empty_raw_excerpt"}
+    digest = hashlib.sha256(content.encode("utf-8")).hexdigest()
+    token = _source_archive.set((rel, hashlib.sha256(data).hexdigest(), len(data)))
+    try:
+        receipt = async_to_sync(flush_service.execute)(
+            entries,
+            f"raw-fallback:{digest[:16]}",
+            agent_id,
+            message_window=0,
+            segment_mode="auto",
+            raw_capture_policy="off",
+            turn_id=f"maintenance_{uuid.uuid4().hex}",
+        )
+    except Exception as exc:
+        logger.warning("memory_repair.flush_failed path=%s: %s", rel, exc)
+        write_sidecar(raw_path, status="failed_retryable", reason=type(exc).__name__)
+        return {"status": "failed_retryable", "reason": type(exc).__name__}
+    finally:
+        _source_archive.reset(token)
+    repaired = flush_receipt_allows_destructive_compaction(receipt)
+    status = "repaired" if repaired else "failed_retryable"
+    write_sidecar(raw_path, status=status, receipt=receipt)
+    return {"status": status, "receipt": receipt.to_dict()}
+
+
+def repair_durable_receipt_source(
+    row: MemoryDurableReceipt,
+    *,
+    memory_root: Path,
+    flush_service: SessionFlushService,
+    now_ms: int | None = None,
+    agent_id: str | None = None,
+) -> dict[str, Any]:
+    """Claim ``row``, repair its archive and record the outcome; returns the wire result.
+
+    Unsupported sources are reported ``skipped`` without a claim; a row another worker
+    claimed first comes back ``skipped``/``repair_already_claimed`` untouched.
+    """
+    now = wall_clock_ms() if now_ms is None else now_ms
+    base = repair_receipt_to_wire(row)
+    path = repair_receipt_path(row)
+    try:
+        if path is None or not path.startswith(RAW_FALLBACK_PREFIX):
+            raise ValueError(path)
+        path = raw_fallback_rel_path(path)
+    except ValueError:
+        return {**base, "status": "skipped", "reason": "unsupported_repair_source"}
+    claimed = ledger.claim_memory_repair_receipt(
+        row.receipt_id,
+        eligible_statuses=ledger.REPAIR_QUEUE_STATUSES,
+        claimed_status=REPAIR_RUNNING,
+        now_ms=now,
+    )
+    if claimed is None:
+        return {**base, "status": "skipped", "reason": "repair_already_claimed"}
+    agent = normalize_agent_id(agent_id or row.agent_id or "main")
+    try:
+        result = repair_raw_fallback_source(
+            memory_root, path, flush_service=flush_service, agent_id=agent
+        )
+    except Exception as exc:
+        # Never leave our own claim behind: a failed attempt is recorded and backs off.
+        logger.exception("memory_repair.attempt_crashed receipt=%s", row.receipt_id)
+        result = {"status": "failed_retryable", "reason": type(exc).__name__}
+    if result.get("status") == "repaired":
+        final = mark_repair_attempt_done(claimed)
+    else:
+        final = mark_repair_attempt_failed(
+            claimed, str(result.get("reason") or "repair_failed"), now, attempt_source=row
+        )
+    return {
+        **base,
+        **result,
+        "path": path,
+        "repairStatus": final.status,
+        "attemptCount": final.attempt_count,
+        "nextRetryAtMs": final.next_retry_at_ms,
+    }
+
+
+# --- legacy import (8.4) --------------------------------------------------------------------
+
+
+def legacy_session_key(agent_id: str) -> str:
+    return f"agent:{agent_id}:memory-repair:legacy-raw"
+
+
+def import_legacy_raw_fallback_receipts(agent_id: str, memory_root: Path | None) -> int:
+    """Queue every archive no receipt refers to; returns how many rows were written.
+
+    Skips archives whose sidecar says ``repaired`` and archives any row under the agent's
+    prefix already references. Idempotent: the key is ``repair-legacy-raw:<agent>:<path>``.
+    """
+    if memory_root is None:
+        return 0
+    agent = normalize_agent_id(agent_id)
+    raw_root = Path(memory_root) / RAW_FALLBACK_DIR
+    if not raw_root.is_dir():
+        return 0
+    prefix = agent_prefix(agent)
+    imported = 0
+    for file_path in sorted(p for p in raw_root.glob("*.md") if p.is_file()):
+        if file_path.name.startswith("."):
+            continue
+        rel = f"{RAW_FALLBACK_DIR}/{file_path.name}"
+        if read_sidecar_status(file_path) == "repaired":
+            continue
+        if ledger.memory_durable_receipt_exists_for_path(rel, session_key_prefix=prefix):
+            continue
+        try:
+            stat = file_path.stat()
+            with file_path.open("rb") as handle:
+                header = handle.read(512).decode("utf-8", errors="replace")
+        except OSError:
+            continue
+        ledger.upsert_memory_durable_receipt(
+            MemoryDurableReceipt(
+                session_key=legacy_session_key(agent),
+                session_id=f"legacy-raw:{agent}",
+                scope="repair",
+                source_path=rel,
+                idempotency_key=f"repair-legacy-raw:{agent}:{rel}",
+                status=REPAIR_PENDING,
+                reason=raw_fallback_header_reason(header) or "legacy_raw_fallback",
+                attempt_count=0,
+                created_at=int(stat.st_mtime * 1000),
+            )
+        )
+        imported += 1
+    return imported
+
+
+# --- ticks ----------------------------------------------------------------------------------
+
+
+def run_memory_repair_once(
+    agent_id: str,
+    *,
+    limit: int,
+    scan_limit: int = DEFAULT_SCAN_LIMIT,
+    now_ms: int | None = None,
+    path: str | None = None,
+    flush_service: SessionFlushService | None = None,
+    recover_stale: bool = True,
+    import_legacy: bool = True,
+) -> list[dict[str, Any]]:
+    """One agent's pass over the due queue; returns up to ``limit`` results.
+
+    ``path`` (validated as ``memory/.raw_fallbacks/*.md``; ``ValueError`` otherwise) limits
+    the pass to rows of that archive. Rows another worker claimed first are left out.
+    """
+    agent = normalize_agent_id(agent_id)
+    selected_path = raw_fallback_rel_path(path) if path is not None else None
+    root = memory_workspace_for_agent(agent)
+    with audit.acting_as(audit.WORKER):
+        if import_legacy and root is not None:
+            import_legacy_raw_fallback_receipts(agent, root)
+        if recover_stale:
+            recover_stale_repair_claims(now_ms)
+        now = wall_clock_ms() if now_ms is None else now_ms
+        if limit <= 0:
+            return []
+        rows = ledger.list_memory_repair_receipts(
+            statuses=ledger.REPAIR_QUEUE_STATUSES,
+            limit=scan_limit,
+            due_before_ms=now,
+            path=selected_path,
+            session_key_prefix=agent_prefix(agent),
+        )
+        service = flush_service
+        results: list[dict[str, Any]] = []
+        for row in rows:
+            if len(results) >= limit:
+                break
+            if root is None:
+                results.append(
+                    {
+                        **repair_receipt_to_wire(row),
+                        "status": "failed_retryable",
+                        "reason": "memory_root_unavailable",
+                    }
+                )
+                continue
+            if service is None:
+                service = build_repair_flush_service()
+            result = repair_durable_receipt_source(
+                row, memory_root=root, flush_service=service, now_ms=now, agent_id=agent
+            )
+            if result.get("reason") == "repair_already_claimed":
+                continue
+            results.append(result)
+        return results
+
+
+def repair_agent_ids() -> list[str]:
+    """Agents with rows in the repair queue, plus ``main`` (legacy archives live there)."""
+    queued = (
+        MemoryDurableReceipt.objects.filter(status__in=ledger.REPAIR_QUEUE_STATUSES)
+        .exclude(agent_id="")
+        .values_list("agent_id", flat=True)
+        .distinct()
+    )
+    agents = {normalize_agent_id(a) for a in queued}
+    agents.add("main")
+    return sorted(agents)
+
+
+def _brief(result: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "receiptId": result.get("receiptId"),
+        "status": result.get("status"),
+        "reason": result.get("reason"),
+        "repairStatus": result.get("repairStatus"),
+    }
+
+
+def run_repair_tick(*, now_ms: int | None = None) -> dict[str, Any]:
+    """The beat task's body: recover stale claims once, then repair up to the tick budget.
+
+    Returns a small JSON-able summary (it becomes the Celery result): how many claims were
+    recovered, which agents were scanned, and one line per processed row.
+    """
+    limit = max(1, int(getattr(settings, "OPENSQUILLA_REPAIR_MAX_ITEMS_PER_TICK", 5) or 5))
+    with audit.acting_as(audit.WORKER):
+        recovered = recover_stale_repair_claims(now_ms)
+        agents = repair_agent_ids()
+        results: list[dict[str, Any]] = []
+        for agent in agents:
+            if len(results) >= limit:
+                break
+            results.extend(
+                run_memory_repair_once(
+                    agent,
+                    limit=limit - len(results),
+                    now_ms=now_ms,
+                    recover_stale=False,
+                )
+            )
+    counts = Counter(str(r.get("status")) for r in results)
+    summary = {
+        "recovered": recovered,
+        "agents": agents,
+        "processed": [_brief(r) for r in results],
+        "counts": dict(counts),
+    }
+    logger.info("memory_repair.tick %s", json.dumps(summary["counts"], sort_keys=True))
+    return summary
+
+
+def repair_one(receipt_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
+    """Repair one row now, if it is queued and due (after an operator requeue, say).
+
+    A missing row, or one that is not claimable (already running, done, not yet due),
+    comes back ``skipped`` with the reason and is left as it is.
+    """
+    with audit.acting_as(audit.WORKER):
+        try:
+            row = ledger.get_memory_durable_receipt(receipt_id)
+        except KeyError:
+            return {"receiptId": receipt_id, "status": "skipped", "reason": "receipt_missing"}
+        now = wall_clock_ms() if now_ms is None else now_ms
+        if row.status not in ledger.REPAIR_QUEUE_STATUSES:
+            return {**repair_receipt_to_wire(row), "status": "skipped", "reason": "not_queued"}
+        if row.next_retry_at_ms is not None and row.next_retry_at_ms > now:
+            return {**repair_receipt_to_wire(row), "status": "skipped", "reason": "not_due"}
+        agent = normalize_agent_id(row.agent_id or "main")
+        root = memory_workspace_for_agent(agent)
+        if root is None:
+            return {
+                **repair_receipt_to_wire(row),
+                "status": "failed_retryable",
+                "reason": "memory_root_unavailable",
+            }
+        return repair_durable_receipt_source(
+            row,
+            memory_root=root,
+            flush_service=build_repair_flush_service(),
+            now_ms=now,
+            agent_id=agent,
+        )
