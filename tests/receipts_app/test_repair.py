@@ -1,0 +1,415 @@
+"""The repair worker: attempt accounting, claims, archive repair, sidecars, legacy import."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from receipts_app import flush_runtime, ledger, repair
+from receipts_app.flush import FlushReceipt
+from receipts_app.models import MemoryDurableReceipt, ReceiptEvent
+from tests.factories import make_receipt
+
+pytestmark = pytest.mark.django_db
+
+ARCHIVE_BODY = "# Raw flush (preimage)\n\nuser: we deploy on fridays\nassistant: noted\n"
+
+
+class CandidateProvider:
+    """A flush model that returns one valid candidate: the repair succeeds."""
+
+    async def complete(self, messages: Any, max_tokens: int) -> Any:
+        payload = {
+            "slug": "deploy-habits",
+            "candidates": [
+                {
+                    "kind": "fact",
+                    "render_text": "The team deploys on Fridays.",
+                    "source_message": 1,
+                    "source_date": "2026-05-01",
+                    "confidence": 0.9,
+                }
+            ],
+        }
+        return SimpleNamespace(content=json.dumps(payload))
+
+
+@pytest.fixture
+def workspaces(tmp_path, settings) -> Path:
+    """Per-agent memory workspaces; returns the parent directory."""
+    settings.OPENSQUILLA_MEMORY_WORKSPACE = str(tmp_path / "ws" / "{agent}")
+    settings.OPENSQUILLA_CHECKPOINT_WORKSPACE = None
+    settings.OPENSQUILLA_FLUSH_PROVIDER = "none"
+    settings.OPENSQUILLA_REPAIR_MAX_ITEMS_PER_TICK = 5
+    return tmp_path / "ws"
+
+
+@pytest.fixture
+def good_provider(monkeypatch):
+    monkeypatch.setattr(flush_runtime, "provider_selector", lambda agent: CandidateProvider())
+
+
+def write_archive(
+    root: Path,
+    name: str = "2026-05-01-agent-main-x-preimage-0123456789abcdef.md",
+    body: str = ARCHIVE_BODY,
+) -> str:
+    path = root / "memory" / ".raw_fallbacks" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(body, encoding="utf-8")
+    return f"memory/.raw_fallbacks/{name}"
+
+
+def repair_row(path: str | None, *, agent: str = "main", **fields: Any) -> MemoryDurableReceipt:
+    values: dict[str, Any] = {
+        "session_key": f"agent:{agent}:webchat:s1",
+        "scope": "repair",
+        "status": "repair_pending",
+        "reason": "ok_archive_only",
+        "target_path": path,
+        "attempt_count": 1,
+    }
+    values.update(fields)
+    return make_receipt(**values)
+
+
+def reload(row: MemoryDurableReceipt) -> MemoryDurableReceipt:
+    return ledger.get_memory_durable_receipt(row.receipt_id)
+
+
+# --- attempt accounting -----------------------------------------------------------------------
+
+
+def test_backoff_table_matches_the_pinned_example():
+    row = repair_row("memory/.raw_fallbacks/a.md", attempt_count=0, status="repair_pending")
+    seen = []
+    for now in (1000, 2000, 3000, 4000):
+        before = reload(row)
+        after = repair.mark_repair_attempt_failed(before, "OSError", now, attempt_source=before)
+        seen.append((after.attempt_count, after.status, after.next_retry_at_ms))
+    assert seen == [
+        (1, "repair_pending", 301000),
+        (2, "repair_pending", 1802000),
+        (3, "repair_pending", 21603000),
+        (4, "repair_abandoned", None),
+    ]
+    assert reload(row).reason == "OSError"
+
+
+def test_flush_created_row_gets_four_real_attempts():
+    # attempt_count 1 + pending + never retried is the flush's own row: not yet attempted.
+    row = repair_row("memory/.raw_fallbacks/a.md", attempt_count=1, next_retry_at_ms=None)
+    attempts = []
+    for now in (10, 20, 30, 40):
+        before = reload(row)
+        after = repair.mark_repair_attempt_failed(before, None, now, attempt_source=before)
+        attempts.append((after.attempt_count, after.status))
+    assert attempts == [
+        (1, "repair_pending"),
+        (2, "repair_pending"),
+        (3, "repair_pending"),
+        (4, "repair_abandoned"),
+    ]
+    assert reload(row).reason == "repair_failed"
+
+
+def test_special_case_needs_all_three_conditions():
+    retried = repair_row("memory/.raw_fallbacks/a.md", attempt_count=1, next_retry_at_ms=5)
+    after = repair.mark_repair_attempt_failed(retried, "x", 100, attempt_source=retried)
+    assert (after.attempt_count, after.next_retry_at_ms) == (2, 100 + 1_800_000)
+
+
+def test_done_keeps_reason_and_attempts():
+    row = repair_row(
+        "memory/.raw_fallbacks/a.md", attempt_count=2, reason="OSError", next_retry_at_ms=7
+    )
+    done = repair.mark_repair_attempt_done(row)
+    assert (done.status, done.reason, done.attempt_count, done.next_retry_at_ms) == (
+        "repair_done",
+        "OSError",
+        2,
+        None,
+    )
+
+
+def test_stale_claims_return_to_the_queue():
+    stale = repair_row("memory/.raw_fallbacks/a.md", status="repair_running", attempt_count=2)
+    fresh = repair_row("memory/.raw_fallbacks/b.md", status="repair_running")
+    now = 10_000_000
+    ledger.update_memory_durable_receipt(stale.receipt_id, updated_at=now - 30 * 60 * 1000)
+    ledger.update_memory_durable_receipt(fresh.receipt_id, updated_at=now - 29 * 60 * 1000)
+
+    assert repair.recover_stale_repair_claims(now) == 1
+
+    recovered = reload(stale)
+    assert (recovered.status, recovered.reason, recovered.next_retry_at_ms) == (
+        "repair_pending",
+        "stale_repair_claim",
+        now + 300_000,
+    )
+    assert recovered.attempt_count == 2
+    assert reload(fresh).status == "repair_running"
+    assert ReceiptEvent.objects.filter(
+        receipt_id=stale.receipt_id, action="stale_recovery"
+    ).exists()
+
+
+# --- one repair ----------------------------------------------------------------------------------
+
+
+def test_repaired_archive_marks_done_and_writes_sidecar(workspaces, good_provider):
+    root = workspaces / "main"
+    path = write_archive(root)
+    row = repair_row(path)
+
+    results = repair.run_memory_repair_once("main", limit=5)
+
+    assert [(r["receiptId"], r["status"]) for r in results] == [(row.receipt_id, "repaired")]
+    assert reload(row).status == "repair_done"
+    sidecar = json.loads(
+        (root / "memory/.raw_fallbacks/.repair_receipts" / (Path(path).name + ".json")).read_text()
+    )
+    assert sidecar["status"] == "repaired"
+    assert sidecar["receipt"]["mode"] == "llm"
+    note = root / sidecar["receipt"]["flushed_paths"][0]
+    assert "The team deploys on Fridays." in note.read_text(encoding="utf-8")
+    # The repair flush's raw-fallback key has no session: it writes no ledger rows itself.
+    assert MemoryDurableReceipt.objects.count() == 1
+    events = ReceiptEvent.objects.filter(receipt_id=row.receipt_id)
+    assert {e.surface for e in events} == {"worker"}
+    assert [e.to_status for e in events] == ["repair_running", "repair_done"]
+
+
+def test_degraded_repair_backs_off_without_minting_a_new_archive(workspaces):
+    root = workspaces / "main"
+    path = write_archive(root)
+    row = repair_row(path)
+
+    [result] = repair.run_memory_repair_once("main", limit=5)
+
+    assert result["status"] == "failed_retryable"
+    after = reload(row)
+    assert (after.status, after.reason, after.attempt_count) == (
+        "repair_pending",
+        "repair_failed",
+        1,
+    )
+    assert after.next_retry_at_ms is not None
+    archives = sorted(p.name for p in (root / "memory/.raw_fallbacks").glob("*.md"))
+    assert archives == [Path(path).name]
+    sidecar = json.loads(
+        (root / "memory/.raw_fallbacks/.repair_receipts" / (Path(path).name + ".json")).read_text()
+    )
+    assert sidecar["receipt"]["flushed_paths"] == [path]
+    # A later tick must not import anything new for this archive.
+    assert repair.import_legacy_raw_fallback_receipts("main", root) == 0
+
+
+def test_empty_archive_is_a_failed_attempt(workspaces, good_provider):
+    root = workspaces / "main"
+    path = write_archive(root, body="# Raw flush (preimage)\n\n")
+    row = repair_row(path)
+
+    [result] = repair.run_memory_repair_once("main", limit=5)
+
+    assert (result["status"], result["reason"]) == ("failed_retryable", "empty_raw_excerpt")
+    assert (reload(row).status, reload(row).reason) == ("repair_pending", "empty_raw_excerpt")
+    sidecar = repair.sidecar_path(root / path)
+    assert json.loads(sidecar.read_text())["status"] == "failed_retryable"
+
+
+def test_missing_archive_records_the_error_class(workspaces, good_provider):
+    row = repair_row("memory/.raw_fallbacks/gone.md")
+    (workspaces / "main").mkdir(parents=True)
+    [result] = repair.run_memory_repair_once("main", limit=5)
+    assert result["reason"] == "FileNotFoundError"
+    assert reload(row).reason == "FileNotFoundError"
+
+
+def test_crash_inside_the_flush_never_leaves_the_claim(workspaces):
+    root = workspaces / "main"
+    row = repair_row(write_archive(root))
+
+    class Exploding:
+        async def execute(self, *args: Any, **kwargs: Any) -> FlushReceipt:
+            raise RuntimeError("boom")
+
+    results = repair.run_memory_repair_once("main", limit=5, flush_service=Exploding())
+
+    assert results[0]["reason"] == "RuntimeError"
+    assert reload(row).status == "repair_pending"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"target_path": None, "source_path": "session:agent:main:webchat:s1:flush:1-2"},
+        {"target_path": "memory/.raw_fallbacks/../../secrets.md"},
+        {"target_path": "memory/.raw_fallbacks/nested/a.md"},
+    ],
+)
+def test_unsupported_sources_are_skipped_without_a_claim(workspaces, fields):
+    (workspaces / "main").mkdir(parents=True)
+    row = repair_row(**{"path": None, **fields})
+
+    [result] = repair.run_memory_repair_once("main", limit=5)
+
+    assert (result["status"], result["reason"]) == ("skipped", "unsupported_repair_source")
+    assert reload(row).status == "repair_pending"
+    assert not ReceiptEvent.objects.filter(receipt_id=row.receipt_id, action="claim").exists()
+
+
+def test_a_row_claimed_elsewhere_is_left_alone(workspaces, good_provider):
+    root = workspaces / "main"
+    row = repair_row(write_archive(root))
+    snapshot = reload(row)
+    assert ledger.claim_memory_repair_receipt(row.receipt_id, now_ms=snapshot.updated_at)
+
+    result = repair.repair_durable_receipt_source(
+        snapshot, memory_root=root, flush_service=repair.build_repair_flush_service()
+    )
+
+    assert (result["status"], result["reason"]) == ("skipped", "repair_already_claimed")
+    assert reload(row).status == "repair_running"
+    assert not repair.sidecar_path(root / row.target_path).exists()
+    # And the pass leaves it out of its results entirely.
+    assert repair.run_memory_repair_once("main", limit=5) == []
+
+
+def test_rows_not_yet_due_wait(workspaces, good_provider):
+    root = workspaces / "main"
+    row = repair_row(write_archive(root), next_retry_at_ms=5_000)
+    assert repair.run_memory_repair_once("main", limit=5, now_ms=4_999) == []
+    assert reload(row).status == "repair_pending"
+
+
+def test_agent_prefix_is_literal(workspaces, good_provider):
+    # With LIKE, "a_b" would also match agent "axb".
+    mine = repair_row(write_archive(workspaces / "a_b"), agent="a_b")
+    other = repair_row(write_archive(workspaces / "axb"), agent="axb")
+
+    results = repair.run_memory_repair_once("a_b", limit=5)
+
+    assert [r["receiptId"] for r in results] == [mine.receipt_id]
+    assert reload(other).status == "repair_pending"
+
+
+def test_no_memory_root_reports_and_leaves_the_row(settings):
+    settings.OPENSQUILLA_MEMORY_WORKSPACE = None
+    settings.OPENSQUILLA_CHECKPOINT_WORKSPACE = None
+    row = repair_row("memory/.raw_fallbacks/a.md")
+    [result] = repair.run_memory_repair_once("main", limit=5)
+    assert result["reason"] == "memory_root_unavailable"
+    assert reload(row).status == "repair_pending"
+
+
+def test_path_filter_is_validated(workspaces):
+    with pytest.raises(ValueError, match="raw_fallbacks"):
+        repair.run_memory_repair_once("main", limit=1, path="../etc/passwd")
+
+
+# --- legacy import -------------------------------------------------------------------------------
+
+
+def test_legacy_import_queues_unreferenced_archives_once(workspaces):
+    root = workspaces / "ops"
+    plain = write_archive(
+        root,
+        "2026-01-01-x-no_provider-aaaaaaaaaaaaaaaa.md",
+        "# Raw flush (no_provider)\n\nuser: hi\n",
+    )
+    headerless = write_archive(root, "2026-01-02-y-bbbbbbbbbbbbbbbb.md", "user: hi\n")
+    done = write_archive(root, "2026-01-03-z-cccccccccccccccc.md")
+    repair.write_sidecar(root / done, status="repaired")
+    referenced = write_archive(root, "2026-01-04-w-dddddddddddddddd.md")
+    make_receipt(
+        session_key="agent:ops:webchat:s9",
+        scope="preimage",
+        status="preimage_saved",
+        target_path=referenced,
+    )
+    elsewhere = write_archive(root, "2026-01-05-v-eeeeeeeeeeeeeeee.md")
+    make_receipt(
+        session_key="agent:other:webchat:s9",
+        scope="preimage",
+        status="preimage_saved",
+        target_path=elsewhere,
+    )
+    mtime = 1_700_000_000
+    os.utime(root / plain, (mtime, mtime))
+
+    assert repair.import_legacy_raw_fallback_receipts("OPS", root) == 3
+    assert repair.import_legacy_raw_fallback_receipts("ops", root) == 0
+
+    rows = {
+        r.source_path: r
+        for r in MemoryDurableReceipt.objects.filter(
+            session_key="agent:ops:memory-repair:legacy-raw"
+        )
+    }
+    assert set(rows) == {plain, headerless, elsewhere}
+    first = rows[plain]
+    assert (first.session_id, first.scope, first.status, first.attempt_count) == (
+        "legacy-raw:ops",
+        "repair",
+        "repair_pending",
+        0,
+    )
+    assert first.idempotency_key == f"repair-legacy-raw:ops:{plain}"
+    assert first.reason == "no_provider"
+    assert first.created_at == mtime * 1000
+    assert rows[headerless].reason == "legacy_raw_fallback"
+
+
+def test_legacy_rows_are_repaired_by_the_tick(workspaces, good_provider):
+    root = workspaces / "main"
+    path = write_archive(root)
+
+    summary = repair.run_repair_tick()
+
+    row = MemoryDurableReceipt.objects.get(source_path=path)
+    assert row.status == "repair_done"
+    assert summary["counts"] == {"repaired": 1}
+
+
+# --- ticks and single repairs --------------------------------------------------------------------
+
+
+def test_tick_recovers_stale_claims_and_respects_the_budget(workspaces, settings, good_provider):
+    settings.OPENSQUILLA_REPAIR_MAX_ITEMS_PER_TICK = 1
+    root = workspaces / "ops"
+    first = repair_row(write_archive(root, "a-aaaaaaaaaaaaaaaa.md"), agent="ops")
+    second = repair_row(write_archive(root, "b-bbbbbbbbbbbbbbbb.md"), agent="ops")
+    stuck = repair_row("memory/.raw_fallbacks/c.md", agent="ops", status="repair_running")
+    ledger.update_memory_durable_receipt(stuck.receipt_id, updated_at=1)
+
+    summary = repair.run_repair_tick()
+
+    assert summary["recovered"] == 1
+    assert "ops" in summary["agents"] and "main" in summary["agents"]
+    assert len(summary["processed"]) == 1
+    statuses = sorted(reload(r).status for r in (first, second))
+    assert statuses == ["repair_done", "repair_pending"]
+    assert reload(stuck).reason == "stale_repair_claim"
+
+
+def test_repair_one_handles_missing_not_due_and_due_rows(workspaces, good_provider):
+    root = workspaces / "main"
+    assert repair.repair_one("nope")["reason"] == "receipt_missing"
+
+    later = repair_row(write_archive(root, "l-aaaaaaaaaaaaaaaa.md"), next_retry_at_ms=2**62)
+    assert repair.repair_one(later.receipt_id)["reason"] == "not_due"
+    assert reload(later).status == "repair_pending"
+
+    done = repair_row("memory/.raw_fallbacks/x.md", status="repair_done")
+    assert repair.repair_one(done.receipt_id)["reason"] == "not_queued"
+
+    due = repair_row(write_archive(root, "d-bbbbbbbbbbbbbbbb.md"))
+    result = repair.repair_one(due.receipt_id)
+    assert result["status"] == "repaired"
+    assert reload(due).status == "repair_done"
