@@ -176,7 +176,7 @@ def bulk_upsert_memory_durable_receipts(
     return [stored[canonical_key] for canonical_key in (r.idempotency_key for r in receipts)]
 
 
-def update_memory_durable_receipt(receipt_id: str, **fields: Any) -> MemoryDurableReceipt:
+def update_memory_durable_receipt(receipt_id: str, /, **fields: Any) -> MemoryDurableReceipt:
     """Update named columns of one row; ``updated_at`` defaults to now.
 
     Raises ``ValueError`` for unknown field names (before any DB work) and ``KeyError`` when
@@ -287,7 +287,7 @@ def list_memory_repair_receipts(
     status_list = list(statuses)
     if limit <= 0 or not status_list:
         return []
-    qs = MemoryDurableReceipt.objects.filter(status__in=status_list)
+    qs: QuerySet[MemoryDurableReceipt] = MemoryDurableReceipt.objects.filter(status__in=status_list)
     if due_before_ms is not None:
         qs = qs.filter(due_q(due_before_ms))
     if path is not None:
@@ -303,7 +303,7 @@ def list_recent_memory_durable_receipts(
 ) -> list[MemoryDurableReceipt]:
     if limit <= 0:
         return []
-    qs = MemoryDurableReceipt.objects.all()
+    qs: QuerySet[MemoryDurableReceipt] = MemoryDurableReceipt.objects.all()
     if session_key_prefix:
         qs = literal_prefix(qs, "session_key", session_key_prefix)
     return list(qs.order_by("-created_at", "-id")[:limit])
@@ -312,7 +312,9 @@ def list_recent_memory_durable_receipts(
 def memory_durable_receipt_exists_for_path(
     path: str, *, session_key_prefix: str | None = None
 ) -> bool:
-    qs = MemoryDurableReceipt.objects.filter(Q(source_path=path) | Q(target_path=path))
+    qs: QuerySet[MemoryDurableReceipt] = MemoryDurableReceipt.objects.filter(
+        Q(source_path=path) | Q(target_path=path)
+    )
     if session_key_prefix:
         qs = literal_prefix(qs, "session_key", session_key_prefix)
     return qs.exists()

@@ -226,7 +226,7 @@ class ReceiptFilter:
 def filter_receipts(
     receipt_filter: ReceiptFilter, *, now: int | None = None
 ) -> QuerySet[MemoryDurableReceipt]:
-    qs = MemoryDurableReceipt.objects.all()
+    qs: QuerySet[MemoryDurableReceipt] = MemoryDurableReceipt.objects.all()
     f = receipt_filter
     if f.statuses:
         qs = qs.filter(status__in=f.statuses)

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
-
 from opensquilla_site.pagination import Page, keyset_page
 from sessions_app.keys import canonicalize_session_key, normalize_agent_id
 
-from .models import Session, TranscriptEntry
+from .models import Session, SessionQuerySet, TranscriptEntry
 
 
-def filter_sessions(*, search: str | None = None, agent: str | None = None) -> QuerySet[Session]:
+def filter_sessions(*, search: str | None = None, agent: str | None = None) -> SessionQuerySet:
     """``search`` matches a canonical key prefix (literal) or any substring of the key."""
-    qs = Session.objects.all()
+    qs: SessionQuerySet = Session.objects.all()
     if agent:
         qs = qs.filter(agent_id=normalize_agent_id(agent))
     if search:

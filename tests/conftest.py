@@ -59,3 +59,17 @@ def golden_dir() -> Path:
 def require_postgres():
     if not is_postgres():
         pytest.skip("needs PostgreSQL: set DATABASE_URL=postgres://...")
+
+
+@pytest.fixture(autouse=True)
+def _close_async_thread_connections():
+    """Close DB connections opened by ``sync_to_async`` in asgiref's shared thread.
+
+    Otherwise PostgreSQL refuses to drop the test database at the end of the run.
+    """
+    yield
+    from asgiref.sync import SyncToAsync
+    from django.db import connections
+
+    executor = SyncToAsync.single_thread_executor
+    executor.submit(connections.close_all).result(timeout=30)

@@ -1,0 +1,59 @@
+# One entry point per job. `make run` and `make test` are the README's two commands.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# The embedded default configures its workspaces explicitly; settings have no silent default.
+export OPENSQUILLA_CHECKPOINT_WORKSPACE ?= $(CURDIR)/var/workspace
+export OPENSQUILLA_MEMORY_WORKSPACE ?= $(CURDIR)/var/workspace
+
+.PHONY: install system-deps migrate run demo test lint typecheck pytest bench soak clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/pip install --quiet -e ".[dev]"
+
+# Debian's Chromium for the browser tests (Playwright cannot download browsers here).
+system-deps:
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  if [ "$$(id -u)" = "0" ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium missing: run 'sudo apt-get install chromium' (browser tests will skip)"; fi; \
+	fi
+
+migrate: install
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
+
+demo: migrate
+	mkdir -p "$$OPENSQUILLA_CHECKPOINT_WORKSPACE"
+	$(BIN)/python manage.py seed_demo
+
+# Web (gunicorn), Celery worker and beat together on the embedded default (SQLite + filesystem broker).
+run: demo
+	$(BIN)/python manage.py bootstrap_operator
+	$(BIN)/honcho start -f Procfile
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install
+	$(BIN)/mypy opensquilla_site sessions_app receipts_app
+
+pytest: install system-deps
+	$(BIN)/python manage.py makemigrations --check --dry-run
+	$(BIN)/pytest
+
+test: lint typecheck pytest
+
+bench: install
+	$(BIN)/python bench/run_all.py
+
+soak: install
+	$(BIN)/pytest -m soak -p no:cacheprovider
+
+clean:
+	rm -rf var/test_* var/screenshots .pytest_cache .mypy_cache .ruff_cache
