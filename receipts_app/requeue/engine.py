@@ -1,0 +1,312 @@
+"""The requeue engine: one service behind every surface's requeue and acknowledge.
+
+Every call takes the row lock (``select_for_update``), checks the caller's compare-and-set
+expectation, and moves the row with a conditional UPDATE on the (status, updated_at) it read.
+So two operators acting on what they both saw queue the work once: the second finds the row
+changed and gets ``stale`` (or ``in_flight`` without an expectation). Work is enqueued only
+after commit. Every call, including those that change nothing, appends one ReceiptEvent.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any
+
+from django.db import transaction
+
+from opensquilla_site import timeutil
+
+from .. import audit
+from ..audit import Actor
+from ..checkpoint import DEFAULT_SOURCE
+from ..ledger import REPAIR_QUEUE_STATUSES
+from ..models import MemoryDurableReceipt
+from . import dispatch
+from .rules import (
+    ACKNOWLEDGEABLE_STATUSES,
+    ACKNOWLEDGED,
+    CHECKPOINT_FAILED,
+    CHECKPOINT_RECOVERED,
+    CHECKPOINT_REQUEUED,
+    CHECKPOINT_SUPERSEDED,
+    REPAIR_PENDING,
+    TERMINAL_REPAIR_STATUSES,
+    Outcome,
+    classify_requeue,
+    find_superseding_checkpoint,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RequeueResult:
+    receipt_id: str
+    outcome: Outcome
+    message: str
+    status: str | None
+    superseded_by: str | None = None
+    task_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["outcome"] = str(self.outcome)
+        return data
+
+
+class AckOutcome(StrEnum):
+    ACKNOWLEDGED = "acknowledged"
+    NOT_ACKNOWLEDGEABLE = "not_acknowledgeable"
+    STALE = "stale"
+    NOT_FOUND = "not_found"
+
+
+@dataclass
+class AcknowledgeResult:
+    receipt_id: str
+    outcome: AckOutcome
+    message: str
+    status: str | None
+    from_status: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["outcome"] = str(self.outcome)
+        return data
+
+
+def _next_stamp(previous: int) -> int:
+    # A compare-and-set on updated_at must see every write, even two within one millisecond.
+    return max(timeutil.now_ms(), previous + 1)
+
+
+def _stale_message(
+    row: MemoryDurableReceipt, expected_status: str | None, expected_updated_at: int | None
+) -> str | None:
+    if expected_status is not None and row.status != expected_status:
+        return f"stale: status is now {row.status}, not {expected_status}"
+    if expected_updated_at is not None and row.updated_at != expected_updated_at:
+        return "stale: the receipt changed since it was read"
+    return None
+
+
+def _locked_row(receipt_id: str) -> MemoryDurableReceipt | None:
+    return MemoryDurableReceipt.objects.select_for_update().filter(receipt_id=receipt_id).first()
+
+
+def _cas_update(row: MemoryDurableReceipt, **fields: Any) -> bool:
+    """Write ``fields`` only if the row still has the status and stamp read under the lock."""
+    changed = MemoryDurableReceipt.objects.filter(
+        pk=row.pk, status=row.status, updated_at=row.updated_at
+    ).update(**fields)
+    return changed == 1
+
+
+def requeue_receipt(
+    *,
+    receipt_id: str,
+    actor: Actor,
+    reason: str = "",
+    expected_status: str | None = None,
+    expected_updated_at: int | None = None,
+    plan_id: str | None = None,
+) -> RequeueResult:
+    """Requeue one receipt by PRODUCT.md 3 and record the outcome, whatever it is.
+
+    Terminal repairs (and repair rows waiting on a backoff) go back to ``repair_pending``,
+    due now, with ``attempt_count = 0``: a fresh budget of four attempts, exactly what a
+    legacy-imported row gets upstream. ``checkpoint_failed`` becomes ``checkpoint_requeued``
+    and a checkpoint task runs for the live generation.
+    """
+    with audit.acting_as(actor), transaction.atomic():
+        row = _locked_row(receipt_id)
+        if row is None:
+            result = RequeueResult(receipt_id, Outcome.NOT_FOUND, "receipt not found", None)
+            _record_requeue(result, None, "", actor, reason, plan_id)
+            return result
+        from_status = row.status
+        stale = _stale_message(row, expected_status, expected_updated_at)
+        if stale is not None:
+            result = RequeueResult(receipt_id, Outcome.STALE, stale, row.status)
+        else:
+            result = _apply_requeue(row)
+        _record_requeue(result, from_status, row.session_key, actor, reason, plan_id)
+        return result
+
+
+def _apply_requeue(row: MemoryDurableReceipt) -> RequeueResult:
+    now = timeutil.now_ms()
+    outcome, message = classify_requeue(row, now_ms=now)
+    rid = row.receipt_id
+    stamp = _next_stamp(row.updated_at)
+    if outcome is Outcome.SUPERSEDED:
+        saved = find_superseding_checkpoint(row)
+        assert saved is not None  # noqa: S101 - classify just found it under the same lock
+        if not _cas_update(
+            row,
+            status=CHECKPOINT_SUPERSEDED,
+            resolved_by_receipt_id=saved.receipt_id,
+            updated_at=stamp,
+        ):
+            return RequeueResult(rid, Outcome.STALE, "stale: changed meanwhile", row.status)
+        return RequeueResult(
+            rid, outcome, message, CHECKPOINT_SUPERSEDED, superseded_by=saved.receipt_id
+        )
+    if outcome is not Outcome.REQUEUED:
+        return RequeueResult(rid, outcome, message, row.status)
+    if row.status == CHECKPOINT_FAILED:
+        if not _cas_update(
+            row, status=CHECKPOINT_REQUEUED, resolved_by_receipt_id=None, updated_at=stamp
+        ):
+            return RequeueResult(rid, Outcome.STALE, "stale: changed meanwhile", row.status)
+        task_id = dispatch.enqueue_checkpoint(
+            row.session_key, turn_id=row.turn_id, requeue_of=rid, source=DEFAULT_SOURCE
+        )
+        return RequeueResult(rid, outcome, message, CHECKPOINT_REQUEUED, task_id=task_id)
+    if row.status in TERMINAL_REPAIR_STATUSES or row.status in REPAIR_QUEUE_STATUSES:
+        if not _cas_update(
+            row, status=REPAIR_PENDING, next_retry_at_ms=now, attempt_count=0, updated_at=stamp
+        ):
+            return RequeueResult(rid, Outcome.STALE, "stale: changed meanwhile", row.status)
+        task_id = dispatch.enqueue_repair(rid)
+        return RequeueResult(rid, outcome, message, REPAIR_PENDING, task_id=task_id)
+    raise AssertionError(f"no requeue transition for {row.status}")  # pragma: no cover
+
+
+def _record_requeue(
+    result: RequeueResult,
+    from_status: str | None,
+    session_key: str,
+    actor: Actor,
+    reason: str,
+    plan_id: str | None,
+) -> None:
+    details: dict[str, Any] = {"message": result.message}
+    if result.task_id:
+        details["task_id"] = result.task_id
+    if result.superseded_by:
+        details["superseded_by"] = result.superseded_by
+    audit.record_event(
+        receipt_id=result.receipt_id,
+        session_key=session_key,
+        action="requeue",
+        from_status=from_status,
+        to_status=result.status,
+        outcome=str(result.outcome),
+        reason=reason or None,
+        plan_id=plan_id,
+        details=details,
+        actor=actor,
+    )
+
+
+def complete_checkpoint_requeue(
+    *,
+    requeued_receipt_id: str,
+    saved: MemoryDurableReceipt | None,
+    error: BaseException | None,
+) -> None:
+    """Close a requeued checkpoint: recovered (linked to ``saved``) or failed again.
+
+    Safe to call twice: only a row still in ``checkpoint_requeued`` moves on success. On
+    failure a row the checkpoint's own failure upsert already put back to
+    ``checkpoint_failed`` (same idempotency key) just gets the new reason.
+    """
+    actor = audit.WORKER
+    with audit.acting_as(actor), transaction.atomic():
+        row = _locked_row(requeued_receipt_id)
+        if row is None:
+            logger.warning(
+                "requeued checkpoint %s vanished (session deleted?)", requeued_receipt_id
+            )
+            return
+        if saved is not None and error is None and saved.session_id != row.session_id:
+            error = KeyError(f"Session generation changed: {row.session_key}")
+        from_status = row.status
+        if error is None and saved is not None:
+            if row.status != CHECKPOINT_REQUEUED:
+                return
+            _cas_update(
+                row,
+                status=CHECKPOINT_RECOVERED,
+                resolved_by_receipt_id=saved.receipt_id,
+                updated_at=_next_stamp(row.updated_at),
+            )
+            to_status, outcome, why = CHECKPOINT_RECOVERED, "recovered", None
+            details = {"saved_receipt_id": saved.receipt_id}
+        else:
+            if row.status not in (CHECKPOINT_REQUEUED, CHECKPOINT_FAILED):
+                return
+            why = str(error) if error is not None else "checkpoint task returned no receipt"
+            _cas_update(
+                row,
+                status=CHECKPOINT_FAILED,
+                reason=why,
+                resolved_by_receipt_id=None,
+                updated_at=_next_stamp(row.updated_at),
+            )
+            to_status, outcome, details = CHECKPOINT_FAILED, "failed", {}
+        audit.record_event(
+            receipt_id=row.receipt_id,
+            session_key=row.session_key,
+            action="requeue_complete",
+            from_status=from_status,
+            to_status=to_status,
+            outcome=outcome,
+            reason=why,
+            details=details,
+            actor=actor,
+        )
+
+
+def acknowledge_receipt(
+    *,
+    receipt_id: str,
+    actor: Actor,
+    reason: str,
+    expected_status: str | None = None,
+    expected_updated_at: int | None = None,
+) -> AcknowledgeResult:
+    """Accept a terminal failure as final. The row is kept; its old status is in the event."""
+    if not reason or not reason.strip():
+        raise ValueError("acknowledge needs a written reason")
+    reason = reason.strip()
+    with audit.acting_as(actor), transaction.atomic():
+        row = _locked_row(receipt_id)
+        if row is None:
+            result = AcknowledgeResult(receipt_id, AckOutcome.NOT_FOUND, "receipt not found", None)
+            session_key = ""
+        else:
+            session_key = row.session_key
+            result = _apply_acknowledge(row, expected_status, expected_updated_at)
+        audit.record_event(
+            receipt_id=receipt_id,
+            session_key=session_key,
+            action="acknowledge",
+            from_status=result.from_status,
+            to_status=result.status,
+            outcome=str(result.outcome),
+            reason=reason,
+            details={"message": result.message},
+            actor=actor,
+        )
+        return result
+
+
+def _apply_acknowledge(
+    row: MemoryDurableReceipt, expected_status: str | None, expected_updated_at: int | None
+) -> AcknowledgeResult:
+    rid, status = row.receipt_id, row.status
+    stale = _stale_message(row, expected_status, expected_updated_at)
+    if stale is not None:
+        return AcknowledgeResult(rid, AckOutcome.STALE, stale, status, status)
+    if status not in ACKNOWLEDGEABLE_STATUSES:
+        message = f"only terminal failures can be acknowledged; this one is {status}"
+        return AcknowledgeResult(rid, AckOutcome.NOT_ACKNOWLEDGEABLE, message, status, status)
+    if not _cas_update(row, status=ACKNOWLEDGED, updated_at=_next_stamp(row.updated_at)):
+        return AcknowledgeResult(rid, AckOutcome.STALE, "stale: changed meanwhile", status, status)
+    return AcknowledgeResult(
+        rid, AckOutcome.ACKNOWLEDGED, f"acknowledged ({status})", ACKNOWLEDGED, status
+    )

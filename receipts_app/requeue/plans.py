@@ -1,0 +1,209 @@
+"""Requeue plans: freeze a filter, preview it, then execute it in batches with progress.
+
+The plan id is the idempotency key of the execution: executing a plan that is already queued,
+running or done changes nothing. The batch loop walks the frozen filter in ``(created_at,
+id)`` order and stores a keyset cursor after each batch under the plan's row lock, so a task
+delivered twice (or redelivered after a crash) resumes where the last batch ended and two
+concurrent runners never process the same batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q, QuerySet
+
+from opensquilla_site import timeutil
+from opensquilla_site.exceptions import ValidationFailed
+
+from ..audit import Actor
+from ..models import MemoryDurableReceipt, RequeuePlan
+from ..selectors import ReceiptFilter, filter_receipts
+from . import dispatch
+from .engine import requeue_receipt
+from .rules import classify_requeue
+
+logger = logging.getLogger(__name__)
+
+ACTIVE_STATES = ("queued", "running", "done")
+_ALIASES = {"reason_contains": "reason", "statuses": "status", "scopes": "scope"}
+_PREVIEW_BATCH = 500
+
+
+def _freeze_filters(filters: dict[str, Any]) -> dict[str, Any]:
+    """Normalise through the shared selector, so the plan selects what the console showed."""
+    params = {_ALIASES.get(k, k): v for k, v in (filters or {}).items()}
+    unknown = sorted(set(params) - set(ReceiptFilter.PARAMS))
+    if unknown:
+        raise ValidationFailed(f"unknown filter keys: {', '.join(unknown)}")
+    return ReceiptFilter.from_params(params).to_params()
+
+
+def plan_queryset(plan: RequeuePlan) -> QuerySet[MemoryDurableReceipt]:
+    qs = filter_receipts(ReceiptFilter.from_params(plan.filters))
+    if plan.receipt_ids:
+        qs = qs.filter(receipt_id__in=list(plan.receipt_ids))
+    return qs.order_by("created_at", "id")
+
+
+def create_requeue_plan(
+    *,
+    filters: dict[str, Any],
+    receipt_ids: list[str] | None,
+    actor: Actor,
+    reason: str = "",
+    sample_size: int = 5,
+) -> RequeuePlan:
+    """Freeze the selection and store its dry run: counts and sample rows per outcome.
+
+    A plan needs a filter or explicit receipt ids: "requeue the whole ledger" is never
+    what an operator meant by an empty form.
+    """
+    frozen = _freeze_filters(filters)
+    ids = list(dict.fromkeys(str(r) for r in receipt_ids or []))
+    if not frozen and not ids:
+        raise ValidationFailed("a requeue plan needs a filter or receipt ids")
+    plan = RequeuePlan(
+        created_by=actor.name[:150],
+        surface=actor.surface,
+        reason=reason or "",
+        filters=frozen,
+        receipt_ids=ids,
+    )
+    counts: Counter[str] = Counter()
+    samples: dict[str, list[dict[str, Any]]] = {}
+    now = timeutil.now_ms()
+    # Iterate by pk batches rather than one huge cursor: SQLite and PG both stay cheap.
+    for batch in _batches(plan_queryset(plan), _PREVIEW_BATCH):
+        for row in batch:
+            outcome, message = classify_requeue(row, now_ms=now)
+            counts[str(outcome)] += 1
+            bucket = samples.setdefault(str(outcome), [])
+            if len(bucket) < sample_size:
+                bucket.append(
+                    {
+                        "receipt_id": row.receipt_id,
+                        "session_key": row.session_key,
+                        "status": row.status,
+                        "reason": row.reason,
+                        "message": message,
+                    }
+                )
+    plan.total = sum(counts.values())
+    plan.dry_run_counts = dict(counts)
+    plan.dry_run_samples = samples
+    plan.save(force_insert=True)
+    return plan
+
+
+def _after(qs: QuerySet[MemoryDurableReceipt], created_at: int | None, pk: int | None):
+    if created_at is None or pk is None:
+        return qs
+    return qs.filter(Q(created_at__gt=created_at) | Q(created_at=created_at, id__gt=pk))
+
+
+def _batches(qs: QuerySet[MemoryDurableReceipt], size: int):
+    cursor: tuple[int | None, int | None] = (None, None)
+    while True:
+        rows = list(_after(qs, *cursor)[:size])
+        if not rows:
+            return
+        yield rows
+        cursor = (rows[-1].created_at, rows[-1].id)
+
+
+def get_requeue_plan(plan_id: str) -> RequeuePlan:
+    plan = RequeuePlan.objects.filter(plan_id=plan_id).first()
+    if plan is None:
+        raise KeyError(f"Requeue plan not found: {plan_id}")
+    return plan
+
+
+def execute_requeue_plan(*, plan_id: str, actor: Actor) -> RequeuePlan:
+    """Queue the plan's execution once. A queued, running or done plan is returned as is.
+
+    A failed plan may be executed again; it resumes from its cursor.
+    """
+    with transaction.atomic():
+        plan = RequeuePlan.objects.select_for_update().filter(plan_id=plan_id).first()
+        if plan is None:
+            raise KeyError(f"Requeue plan not found: {plan_id}")
+        if plan.state in ACTIVE_STATES:
+            return plan
+        plan.state = "queued"
+        plan.error = ""
+        plan.updated_at = timeutil.now_ms()
+        plan.save(update_fields=["state", "error", "updated_at"])
+        dispatch.enqueue_plan(plan.plan_id)
+        logger.info("requeue plan %s queued by %s@%s", plan_id, actor.name, actor.surface)
+    return plan
+
+
+def run_requeue_plan(
+    plan_id: str, *, batch_size: int = 500, time_budget_s: float | None = None
+) -> RequeuePlan:
+    """Execute the plan's remaining batches (the body of the ``execute_requeue_plan`` task).
+
+    Returns with ``state == "running"`` when ``time_budget_s`` ran out between batches; the
+    task then re-enqueues itself. A batch that raises marks the plan ``failed`` with the
+    error text and rolls that batch back; executing the plan again resumes from the cursor.
+    """
+    get_requeue_plan(plan_id)  # KeyError for an unknown id, before any state is touched
+    started = time.monotonic()
+    while True:
+        try:
+            plan, finished = _run_one_batch(plan_id, batch_size)
+        except Exception as exc:
+            logger.exception("requeue plan %s failed", plan_id)
+            return _mark_failed(plan_id, exc)
+        if finished:
+            return plan
+        if time_budget_s is not None and time.monotonic() - started >= time_budget_s:
+            return plan
+
+
+def _run_one_batch(plan_id: str, batch_size: int) -> tuple[RequeuePlan, bool]:
+    with transaction.atomic():
+        plan = RequeuePlan.objects.select_for_update().get(plan_id=plan_id)
+        if plan.state not in ("queued", "running"):
+            return plan, True
+        now = timeutil.now_ms()
+        if plan.state == "queued":
+            plan.state = "running"
+            plan.started_at = plan.started_at or now
+        rows = list(
+            _after(plan_queryset(plan), plan.cursor_created_at, plan.cursor_id)[:batch_size]
+        )
+        if not rows:
+            plan.state = "done"
+            plan.finished_at = now
+            plan.updated_at = now
+            plan.save()
+            return plan, True
+        actor = Actor(plan.created_by, plan.surface)
+        counts = Counter(plan.result_counts or {})
+        for row in rows:
+            result = requeue_receipt(
+                receipt_id=row.receipt_id, actor=actor, reason=plan.reason, plan_id=plan.plan_id
+            )
+            counts[str(result.outcome)] += 1
+        plan.result_counts = dict(counts)
+        plan.processed += len(rows)
+        plan.cursor_created_at, plan.cursor_id = rows[-1].created_at, rows[-1].id
+        plan.updated_at = timeutil.now_ms()
+        plan.save()
+        return plan, False
+
+
+def _mark_failed(plan_id: str, exc: BaseException) -> RequeuePlan:
+    with transaction.atomic():
+        plan = RequeuePlan.objects.select_for_update().get(plan_id=plan_id)
+        plan.state = "failed"
+        plan.error = f"{type(exc).__name__}: {exc}"[:4000]
+        plan.updated_at = timeutil.now_ms()
+        plan.save(update_fields=["state", "error", "updated_at"])
+        return plan

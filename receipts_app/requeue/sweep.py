@@ -1,0 +1,88 @@
+"""Find work whose enqueue was lost and queue it again (run by every ``repair_tick``).
+
+Work is enqueued after commit; if the broker is down at that moment the row or plan is
+saved but no message exists. Repair rows need no help (a requeued repair row is due now and
+the repair tick claims it), but a ``checkpoint_requeued`` row and a ``queued`` plan would wait
+forever. Re-sending is safe: the checkpoint task and the plan runner are idempotent. Each
+re-send bumps ``updated_at`` with a conditional UPDATE, so overlapping ticks send once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+
+from .. import audit
+from ..checkpoint import DEFAULT_SOURCE
+from ..models import MemoryDurableReceipt, RequeuePlan
+from . import dispatch
+from .rules import CHECKPOINT_REQUEUED
+
+LOST_AFTER_MS = 10 * 60 * 1000
+# A running plan saves progress after every batch; silence this long means its worker died.
+STALLED_RUN_AFTER_MS = 30 * 60 * 1000
+SWEEP_LIMIT = 200
+
+
+def sweep_lost_work(now_ms: int) -> dict[str, Any]:
+    """Re-enqueue stranded requeued checkpoints and stuck plans; returns what was re-sent."""
+    checkpoints = _sweep_checkpoints(now_ms)
+    plans = _sweep_plans(now_ms)
+    return {"checkpoints_resent": checkpoints, "plans_resent": plans}
+
+
+def _sweep_checkpoints(now_ms: int) -> list[str]:
+    stranded = list(
+        MemoryDurableReceipt.objects.filter(
+            status=CHECKPOINT_REQUEUED, updated_at__lte=now_ms - LOST_AFTER_MS
+        )
+        .order_by("updated_at", "id")
+        .values_list("pk", "receipt_id", "session_key", "turn_id", "updated_at")[:SWEEP_LIMIT]
+    )
+    resent: list[str] = []
+    for pk, receipt_id, session_key, turn_id, updated_at in stranded:
+        with transaction.atomic():
+            claimed = MemoryDurableReceipt.objects.filter(
+                pk=pk, status=CHECKPOINT_REQUEUED, updated_at=updated_at
+            ).update(updated_at=max(now_ms, updated_at + 1))
+            if not claimed:
+                continue
+            task_id = dispatch.enqueue_checkpoint(
+                session_key, turn_id=turn_id, requeue_of=receipt_id, source=DEFAULT_SOURCE
+            )
+            audit.record_event(
+                receipt_id=receipt_id,
+                session_key=session_key,
+                action="requeue_resent",
+                from_status=CHECKPOINT_REQUEUED,
+                to_status=CHECKPOINT_REQUEUED,
+                reason="checkpoint task lost or late; sent again",
+                details={"task_id": task_id},
+                actor=audit.WORKER,
+            )
+        resent.append(receipt_id)
+    return resent
+
+
+def _sweep_plans(now_ms: int) -> list[str]:
+    stuck = list(
+        RequeuePlan.objects.filter(
+            Q(state="queued", updated_at__lte=now_ms - LOST_AFTER_MS)
+            | Q(state="running", updated_at__lte=now_ms - STALLED_RUN_AFTER_MS)
+        )
+        .order_by("updated_at")
+        .values_list("plan_id", "state", "updated_at")[:SWEEP_LIMIT]
+    )
+    resent: list[str] = []
+    for plan_id, state, updated_at in stuck:
+        with transaction.atomic():
+            claimed = RequeuePlan.objects.filter(
+                plan_id=plan_id, state=state, updated_at=updated_at
+            ).update(updated_at=max(now_ms, updated_at + 1))
+            if not claimed:
+                continue
+            dispatch.enqueue_plan(plan_id)
+        resent.append(plan_id)
+    return resent
