@@ -1,0 +1,96 @@
+"""What an import did: counts per kind of row and per file, plus operator-facing warnings."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# A real ledger can produce thousands of identical warnings; the report keeps the first few
+# of each kind and counts the rest, so the summary stays readable.
+_WARNINGS_PER_KIND = 10
+
+
+@dataclass
+class Counts:
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    skipped: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.created + self.updated + self.unchanged + self.skipped
+
+    def line(self) -> str:
+        return (
+            f"{self.created} created, {self.updated} updated, "
+            f"{self.unchanged} unchanged, {self.skipped} skipped"
+        )
+
+
+@dataclass
+class FileCounts:
+    copied: int = 0
+    unchanged: int = 0
+    conflicts: int = 0  # a different file already sits at the target path; kept, not replaced
+    missing: int = 0  # a receipt names a workspace file the source workspace lacks
+    refused: int = 0  # symlinks and other non-regular files are never followed
+    hash_mismatches: int = 0  # file bytes disagree with the receipt's content_hash
+
+    def line(self) -> str:
+        return (
+            f"{self.copied} copied, {self.unchanged} unchanged, {self.conflicts} conflicts, "
+            f"{self.missing} missing, {self.refused} refused, "
+            f"{self.hash_mismatches} hash mismatches"
+        )
+
+
+@dataclass
+class ImportReport:
+    source: str
+    sessions: Counts = field(default_factory=Counts)
+    transcript_entries: Counts = field(default_factory=Counts)
+    receipts: Counts = field(default_factory=Counts)
+    files: FileCounts = field(default_factory=FileCounts)
+    # Transcript entries whose upstream id was taken locally and got a new one.
+    remapped_entry_ids: int = 0
+    coverage_columns_present: bool = True
+    warnings: list[str] = field(default_factory=list)
+    _warning_kinds: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def warn(self, kind: str, message: str) -> None:
+        seen = self._warning_kinds.get(kind, 0) + 1
+        self._warning_kinds[kind] = seen
+        if seen <= _WARNINGS_PER_KIND:
+            self.warnings.append(message)
+
+    @property
+    def suppressed_warnings(self) -> int:
+        return sum(max(0, n - _WARNINGS_PER_KIND) for n in self._warning_kinds.values())
+
+    @property
+    def changed(self) -> bool:
+        rows = (self.sessions, self.transcript_entries, self.receipts)
+        return any(c.created or c.updated for c in rows) or self.files.copied > 0
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("_warning_kinds", None)
+        data["suppressed_warnings"] = self.suppressed_warnings
+        data["changed"] = self.changed
+        return data
+
+    def summary_lines(self) -> list[str]:
+        lines = [
+            f"sessions: {self.sessions.line()}",
+            f"transcript entries: {self.transcript_entries.line()}"
+            + (f" ({self.remapped_entry_ids} given new ids)" if self.remapped_entry_ids else ""),
+            f"receipts: {self.receipts.line()}",
+            f"files: {self.files.line()}",
+        ]
+        if not self.coverage_columns_present:
+            lines.append("coverage columns absent in the source: imported as NULL")
+        lines.extend(f"warning: {w}" for w in self.warnings)
+        if self.suppressed_warnings:
+            lines.append(f"warning: … and {self.suppressed_warnings} more warnings")
+        return lines

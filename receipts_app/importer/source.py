@@ -1,0 +1,365 @@
+"""Reading an OpenSquilla ``sessions.db``: open read-only, check the schema, yield typed rows.
+
+Upstream's SQLite is dynamically typed, so every value is checked here; a row that would
+store garbage (a text timestamp, a NUL that PostgreSQL cannot hold, tool calls that are not
+JSON) stops the import with the row named, before anything is committed.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ImportSourceError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+CHUNK = 500
+
+# Columns every supported release (0.3.0 and later) has. Anything else is optional and read
+# as NULL when absent: the coverage columns, for one, were added by a later migration.
+REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "sessions": ("session_key", "session_id", "created_at", "updated_at"),
+    "transcript_entries": ("id", "session_id", "session_key", "role", "created_at"),
+    "memory_durable_receipts": (
+        "receipt_id",
+        "session_key",
+        "session_id",
+        "scope",
+        "idempotency_key",
+        "status",
+        "created_at",
+        "updated_at",
+    ),
+}
+OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {
+    "sessions": ("agent_id", "epoch"),
+    "transcript_entries": (
+        "message_id",
+        "content",
+        "tool_calls",
+        "tool_call_id",
+        "reasoning_content",
+        "token_count",
+    ),
+    "memory_durable_receipts": (
+        "turn_id",
+        "source_path",
+        "target_path",
+        "content_hash",
+        "coverage_turn_id",
+        "coverage_hash",
+        "coverage_entry_count",
+        "reason",
+        "attempt_count",
+        "next_retry_at_ms",
+        "schema_version",
+    ),
+}
+COVERAGE_COLUMNS = ("coverage_turn_id", "coverage_hash", "coverage_entry_count")
+
+
+@dataclass(frozen=True)
+class SourceSession:
+    session_key: str
+    session_id: str
+    agent_id: str | None
+    epoch: int
+    created_at: int
+    updated_at: int
+
+
+@dataclass(frozen=True)
+class SourceEntry:
+    id: int
+    session_id: str
+    session_key: str
+    message_id: str | None
+    role: str
+    content: str | None
+    tool_calls: Any
+    tool_call_id: str | None
+    reasoning_content: str | None
+    token_count: int | None
+    created_at: int
+
+
+@dataclass(frozen=True)
+class SourceReceipt:
+    values: dict[str, Any]
+
+    @property
+    def receipt_id(self) -> str:
+        return self.values["receipt_id"]
+
+
+# --- value checks -------------------------------------------------------------------------
+
+
+def _text(
+    value: Any, what: str, *, required: bool = False, max_len: int | None = None
+) -> str | None:
+    if value is None:
+        if required:
+            raise ImportSourceError(f"{what} is missing")
+        return None
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ImportSourceError(f"{what} is not UTF-8 text") from exc
+    text = str(value)
+    if "\x00" in text:
+        raise ImportSourceError(f"{what} contains a NUL character")
+    if required and not text.strip():
+        raise ImportSourceError(f"{what} is empty")
+    # Our columns are bounded where upstream's TEXT is not; PostgreSQL would refuse the row.
+    if max_len is not None and len(text) > max_len:
+        raise ImportSourceError(f"{what} is longer than {max_len} characters")
+    return text
+
+
+def _int(value: Any, what: str, *, required: bool = False, default: int | None = None) -> Any:
+    if value is None or value == "":
+        if required:
+            raise ImportSourceError(f"{what} is missing")
+        return default
+    if isinstance(value, bool):
+        raise ImportSourceError(f"{what} must be an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    try:
+        return int(str(value).strip())
+    except ValueError as exc:
+        raise ImportSourceError(f"{what} must be an integer, got {value!r}") from exc
+
+
+def _json_text(value: Any, what: str) -> Any:
+    text = _text(value, what)
+    if text is None or not text.strip():
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ImportSourceError(f"{what} is not valid JSON") from exc
+
+
+# --- the database -------------------------------------------------------------------------
+
+
+class SourceDatabase:
+    """A validated, read-only OpenSquilla database. Use as a context manager."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.conn = _connect(path)
+        try:
+            self.columns = _check_schema(self.conn, path)
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def __enter__(self) -> SourceDatabase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.conn.close()
+
+    @property
+    def has_coverage_columns(self) -> bool:
+        present = self.columns["memory_durable_receipts"]
+        return all(c in present for c in COVERAGE_COLUMNS)
+
+    def count(self, table: str) -> int:
+        return int(self._run(f"SELECT COUNT(*) FROM {table}").fetchone()[0])  # noqa: S608
+
+    def _run(self, sql: str) -> sqlite3.Cursor:
+        try:
+            return self.conn.execute(sql)
+        except sqlite3.DatabaseError as exc:
+            raise ImportSourceError(f"{self.path} cannot be read: {exc}") from exc
+
+    def _select(self, table: str, order_by: str) -> Iterator[list[dict[str, Any]]]:
+        present = self.columns[table]
+        wanted = REQUIRED_COLUMNS[table] + OPTIONAL_COLUMNS[table]
+        # Table and column names come from the constants above, never from the source file.
+        select = ", ".join(c if c in present else f"NULL AS {c}" for c in wanted)
+        cursor = self._run(f"SELECT {select} FROM {table} ORDER BY {order_by}")  # noqa: S608
+        while True:
+            try:
+                batch = cursor.fetchmany(CHUNK)
+            except sqlite3.DatabaseError as exc:
+                raise ImportSourceError(f"{self.path} cannot be read: {exc}") from exc
+            if not batch:
+                return
+            yield [dict(zip(wanted, row, strict=True)) for row in batch]
+
+    def sessions(self) -> Iterator[list[SourceSession]]:
+        for batch in self._select("sessions", "created_at, session_key"):
+            yield [_session(row) for row in batch]
+
+    def transcript_entries(self) -> Iterator[list[SourceEntry]]:
+        for batch in self._select("transcript_entries", "id"):
+            yield [_entry(row) for row in batch]
+
+    def receipts(self) -> Iterator[list[SourceReceipt]]:
+        # rowid is upstream's insertion-order tie-break (DOMAIN.md 3.3).
+        order = "created_at, rowid" if self._has_rowid() else "created_at, receipt_id"
+        for batch in self._select("memory_durable_receipts", order):
+            yield [_receipt(row) for row in batch]
+
+    def _has_rowid(self) -> bool:
+        try:
+            self.conn.execute("SELECT rowid FROM memory_durable_receipts LIMIT 1")
+        except sqlite3.DatabaseError:
+            return False
+        return True
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    if not path.exists():
+        raise ImportSourceError(f"{path} does not exist")
+    if not path.is_file():
+        raise ImportSourceError(f"{path} is not a file")
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise ImportSourceError(f"{path} cannot be opened: {exc.strerror or exc}") from exc
+    if header != SQLITE_MAGIC:
+        raise ImportSourceError(f"{path} is not an SQLite database")
+    uri = f"file:{path.resolve().as_posix()}?mode=ro"
+    try:
+        conn = _open(uri)
+    except sqlite3.OperationalError:
+        # A WAL database in a read-only directory cannot create its -shm file. Reading it
+        # as immutable is then the only way in; the operator is told to stop writers first.
+        try:
+            conn = _open(f"{uri}&immutable=1")
+        except sqlite3.DatabaseError as exc:
+            raise ImportSourceError(f"{path} is not a readable SQLite database: {exc}") from exc
+    except sqlite3.DatabaseError as exc:
+        raise ImportSourceError(f"{path} is not a readable SQLite database: {exc}") from exc
+    try:
+        problems = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise ImportSourceError(f"{path} is corrupt: {exc}") from exc
+    if problems != ["ok"]:
+        conn.close()
+        raise ImportSourceError(f"{path} is corrupt: {'; '.join(map(str, problems[:3]))}")
+    return conn
+
+
+def _open(uri: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(uri, uri=True)
+    try:
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _check_schema(conn: sqlite3.Connection, path: Path) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    missing_tables = []
+    for table, required in REQUIRED_COLUMNS.items():
+        try:
+            columns = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        except sqlite3.DatabaseError as exc:
+            raise ImportSourceError(f"{path} cannot be read: {exc}") from exc
+        if not columns:
+            missing_tables.append(table)
+            continue
+        absent = [c for c in required if c not in columns]
+        if absent:
+            raise ImportSourceError(
+                f"{path} is not an OpenSquilla sessions database: table {table} lacks "
+                f"{', '.join(absent)}"
+            )
+        found[table] = columns
+    if missing_tables:
+        raise ImportSourceError(
+            f"{path} is not an OpenSquilla sessions database: missing table(s) "
+            f"{', '.join(missing_tables)}"
+        )
+    return found
+
+
+def _session(row: dict[str, Any]) -> SourceSession:
+    key = _text(row["session_key"], "session key", required=True)
+    what = f"session {key!r}"
+    epoch = _int(row["epoch"], f"{what}: epoch", default=0)
+    if epoch < 0:
+        raise ImportSourceError(f"{what}: epoch is negative")
+    return SourceSession(
+        session_key=str(key),
+        session_id=str(_text(row["session_id"], f"{what}: session_id", required=True, max_len=64)),
+        agent_id=_text(row["agent_id"], f"{what}: agent_id"),
+        epoch=epoch,
+        created_at=_int(row["created_at"], f"{what}: created_at", required=True),
+        updated_at=_int(row["updated_at"], f"{what}: updated_at", required=True),
+    )
+
+
+def _entry(row: dict[str, Any]) -> SourceEntry:
+    entry_id = _int(row["id"], "transcript entry id", required=True)
+    what = f"transcript entry {entry_id}"
+    if entry_id < 1:
+        raise ImportSourceError(f"{what}: id must be positive")
+    return SourceEntry(
+        id=entry_id,
+        session_id=str(_text(row["session_id"], f"{what}: session_id", required=True, max_len=64)),
+        session_key=str(_text(row["session_key"], f"{what}: session_key", required=True)),
+        message_id=_text(row["message_id"], f"{what}: message_id", max_len=64),
+        role=str(_text(row["role"], f"{what}: role", required=True, max_len=16)),
+        content=_text(row["content"], f"{what}: content"),
+        tool_calls=_json_text(row["tool_calls"], f"{what}: tool_calls"),
+        tool_call_id=_text(row["tool_call_id"], f"{what}: tool_call_id"),
+        reasoning_content=_text(row["reasoning_content"], f"{what}: reasoning_content"),
+        token_count=_int(row["token_count"], f"{what}: token_count"),
+        created_at=_int(row["created_at"], f"{what}: created_at", required=True),
+    )
+
+
+_RECEIPT_TEXT_REQUIRED = ("session_key", "session_id", "scope", "idempotency_key", "status")
+_RECEIPT_TEXT_OPTIONAL = (
+    "turn_id",
+    "source_path",
+    "target_path",
+    "content_hash",
+    "coverage_turn_id",
+    "coverage_hash",
+    "reason",
+)
+
+
+_RECEIPT_MAX_LEN = {"scope": 64, "status": 64, "content_hash": 128, "coverage_hash": 128}
+
+
+def _receipt(row: dict[str, Any]) -> SourceReceipt:
+    receipt_id = str(_text(row["receipt_id"], "receipt_id", required=True, max_len=128))
+    what = f"receipt {receipt_id}"
+    values: dict[str, Any] = {"receipt_id": receipt_id}
+    for name in _RECEIPT_TEXT_REQUIRED:
+        values[name] = _text(
+            row[name], f"{what}: {name}", required=True, max_len=_RECEIPT_MAX_LEN.get(name)
+        )
+    for name in _RECEIPT_TEXT_OPTIONAL:
+        values[name] = _text(row[name], f"{what}: {name}", max_len=_RECEIPT_MAX_LEN.get(name))
+    values["coverage_entry_count"] = _int(
+        row["coverage_entry_count"], f"{what}: coverage_entry_count"
+    )
+    values["attempt_count"] = _int(row["attempt_count"], f"{what}: attempt_count", default=0)
+    values["next_retry_at_ms"] = _int(row["next_retry_at_ms"], f"{what}: next_retry_at_ms")
+    values["created_at"] = _int(row["created_at"], f"{what}: created_at", required=True)
+    values["updated_at"] = _int(row["updated_at"], f"{what}: updated_at", required=True)
+    values["schema_version"] = _int(row["schema_version"], f"{what}: schema_version", default=1)
+    return SourceReceipt(values=values)
