@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.humanize",
     "django_htmx",
+    "django_ratelimit",
     "ninja",
     "opensquilla_site",
     "sessions_app",
@@ -191,6 +192,33 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": OPENSQUILLA_REPAIR_INTERVAL_SECONDS,
     },
 }
+
+# --- Caches and login rate limiting ------------------------------------------------------
+# django-ratelimit needs a cache every web process shares. Scale-out uses Redis; the embedded
+# default uses the filesystem under var/, shared by the local web workers.
+_CACHE_URL = os.environ.get("CACHE_URL") or (
+    CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else ""
+)
+if _CACHE_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": _CACHE_URL,
+        },
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(VAR_DIR / "cache"),
+        },
+    }
+    # The filesystem cache's increment is not atomic, so two simultaneous failed logins can be
+    # counted once; on one machine that loosens the limit slightly and never disables it.
+    SILENCED_SYSTEM_CHECKS = ["django_ratelimit.E003", "django_ratelimit.W001"]
+RATELIMIT_USE_CACHE = "default"
+LOGIN_RATE_PER_IP = os.environ.get("OPENSQUILLA_LOGIN_RATE_PER_IP", "20/m")
+LOGIN_RATE_PER_USER = os.environ.get("OPENSQUILLA_LOGIN_RATE_PER_USER", "5/m")
 
 # --- Security (production) --------------------------------------------------------------
 SESSION_COOKIE_HTTPONLY = True

@@ -2,9 +2,11 @@ from django.contrib import admin
 from django.urls import include, path
 
 from .api import api
+from .views import RateLimitedLoginView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("accounts/login/", RateLimitedLoginView.as_view(), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/v1/", api.urls),
     path("sessions/", include("sessions_app.urls")),
