@@ -1,0 +1,126 @@
+"""Ledger-derived health (DOMAIN.md 9.4) with this product's resolved statuses."""
+
+from __future__ import annotations
+
+import pytest
+
+from opensquilla_site.timeutil import now_ms
+from receipts_app import ledger
+from receipts_app.audit import Actor
+from receipts_app.health import health_by_agent, memory_health
+from receipts_app.models import MemoryDurableReceipt
+from receipts_app.requeue import acknowledge_receipt
+from tests.factories import make_receipt
+
+pytestmark = pytest.mark.django_db
+
+DAY_MS = 24 * 3_600_000
+MAIN = "agent:main:webchat:h"
+OPS = "agent:ops:cron:h"
+
+
+def test_an_empty_ledger_is_ok_and_healthy():
+    health = memory_health("main")
+    assert health["memorySafety"]["status"] == "ok"
+    assert health["semanticMemory"] == {
+        "status": "healthy",
+        "repairBacklogCount": 0,
+        "oldestRepairCreatedAt": None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [
+        ("checkpoint_failed", "disk full"),
+        ("checkpoint_requeued", "disk full"),  # being retried is not yet resolved
+        ("receipt_orphaned", None),
+        ("hash_mismatch", None),
+        ("flush_appended", "content hash mismatch on reread"),
+        ("repair_done", "hash_mismatch detected"),
+    ],
+)
+def test_unresolved_safety_failures_make_memory_safety_error(status, reason):
+    row = make_receipt(session_key=MAIN, status=status, reason=reason)
+    safety = memory_health("main")["memorySafety"]
+    assert safety["status"] == "error"
+    assert safety["sampleReceiptIds"] == [row.receipt_id]
+
+
+@pytest.mark.parametrize(
+    "status", ["checkpoint_recovered", "checkpoint_superseded", "acknowledged"]
+)
+def test_resolved_statuses_never_make_safety_error(status):
+    make_receipt(session_key=MAIN, status=status, reason="hash mismatch in the old file")
+    assert memory_health("main")["memorySafety"]["status"] == "ok"
+
+
+def test_acknowledging_the_failure_turns_safety_back_to_ok():
+    row = make_receipt(session_key=MAIN, status="checkpoint_failed", reason="disk full")
+    assert memory_health("main")["memorySafety"]["status"] == "error"
+    acknowledge_receipt(
+        receipt_id=row.receipt_id, actor=Actor("ann", "console"), reason="disk replaced"
+    )
+    assert memory_health("main")["memorySafety"]["status"] == "ok"
+
+
+def test_health_is_scoped_to_the_agent_prefix():
+    make_receipt(session_key=OPS, status="checkpoint_failed")
+    make_receipt(session_key=OPS, scope="repair", status="repair_pending")
+    assert memory_health("main")["memorySafety"]["status"] == "ok"
+    assert memory_health("main")["semanticMemory"]["status"] == "healthy"
+    assert memory_health("ops")["memorySafety"]["status"] == "error"
+    assert memory_health(None)["memorySafety"]["status"] == "error"
+
+
+def test_only_the_thousand_most_recent_rows_are_checked():
+    make_receipt(session_key=MAIN, status="checkpoint_failed", created_at=now_ms() - DAY_MS)
+    ledger.bulk_upsert_memory_durable_receipts(
+        [
+            MemoryDurableReceipt(
+                session_key=MAIN,
+                session_id="s",
+                scope="flush",
+                status="flush_appended",
+                idempotency_key=f"recent:{i}",
+            )
+            for i in range(1000)
+        ]
+    )
+    safety = memory_health("main")["memorySafety"]
+    assert (safety["status"], safety["rowsChecked"]) == ("ok", 1000)
+
+
+def test_a_small_fresh_backlog_is_degraded():
+    for _ in range(3):
+        make_receipt(session_key=MAIN, scope="repair", status="repair_pending")
+    make_receipt(session_key=MAIN, scope="repair", status="flush_failed")
+    make_receipt(session_key=MAIN, scope="repair", status="repair_running")  # claimed, not queued
+    semantic = memory_health("main")["semanticMemory"]
+    assert (semantic["status"], semantic["repairBacklogCount"]) == ("degraded", 4)
+
+
+def test_a_backlog_over_ten_rows_is_a_warning():
+    for _ in range(11):
+        make_receipt(session_key=MAIN, scope="repair", status="repair_pending")
+    assert memory_health("main")["semanticMemory"]["status"] == "warning"
+
+
+def test_a_backlog_older_than_a_day_is_a_warning():
+    old = make_receipt(
+        session_key=MAIN, scope="repair", status="repair_pending", created_at=now_ms() - 2 * DAY_MS
+    )
+    semantic = memory_health("main")["semanticMemory"]
+    assert semantic["status"] == "warning"
+    assert semantic["oldestRepairCreatedAt"] == old.created_at
+
+
+def test_health_by_agent_lists_every_agent_in_the_ledger():
+    make_receipt(session_key=MAIN, status="checkpoint_saved")
+    make_receipt(session_key=OPS, status="checkpoint_failed")
+    make_receipt(session_key="legacy-key-without-agent", status="checkpoint_failed")
+    rows = health_by_agent()
+    assert [(r["agentId"], r["memorySafety"]["status"]) for r in rows] == [
+        ("main", "ok"),
+        ("ops", "error"),
+    ]
