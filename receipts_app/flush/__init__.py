@@ -1,0 +1,27 @@
+"""OpenSquilla's session flush, ported as a Django-independent package (DOMAIN.md 6).
+
+Import from here: the submodules are an implementation detail. Only
+``receipts_app.flush.providers.select_flush_provider`` touches Django settings, and only
+when it is called.
+"""
+
+from .archive import parse_raw_fallback_entries, write_raw_fallback_archive
+from .safety import (
+    flush_receipt_allows_destructive_compaction,
+    flush_receipt_is_successful_flush,
+)
+from .service import SessionFlushService
+from .types import FlushReceipt, Message, ProviderCompletionError, ToolCall, ToolResult
+
+__all__ = [
+    "FlushReceipt",
+    "Message",
+    "ProviderCompletionError",
+    "SessionFlushService",
+    "ToolCall",
+    "ToolResult",
+    "flush_receipt_allows_destructive_compaction",
+    "flush_receipt_is_successful_flush",
+    "parse_raw_fallback_entries",
+    "write_raw_fallback_archive",
+]
