@@ -104,8 +104,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             ),
         }
     )
-    # A file-backed test database lets a real Celery worker process share it with the tests.
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test_opensquilla.sqlite3")}
+    # A file-backed test database lets a real Celery worker process share it with the tests;
+    # the pid keeps concurrent test runs on one machine from sharing (and corrupting) it.
+    DATABASES["default"]["TEST"] = {
+        "NAME": str(VAR_DIR / f"test_opensquilla_{os.getpid()}.sqlite3")
+    }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -13,10 +13,7 @@ import pytest
 
 from receipts_app.checkpoint import checkpoint_coverage_hash, checkpoint_turn_id
 
-try:
-    from receipts_app.flush import FlushReceipt, Message, SessionFlushService, ToolCall, ToolResult
-except ImportError:  # TEMP while flush is written
-    pass
+from receipts_app.flush import FlushReceipt, Message, SessionFlushService, ToolCall, ToolResult
 from receipts_app.models import MemoryDurableReceipt
 from tests.seed.adapters import SessionManager, SessionStorage
 
