@@ -1,0 +1,99 @@
+"""Schema pieces shared by every router: the error body and safe input types.
+
+Every text input rejects NUL characters and unpaired surrogates, and every number is bounded
+to what the column holds: PostgreSQL cannot store either character, and SQLite cannot store
+an integer past 64 bits, so such input must be a 422 here, never a 500 at the database.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+from ninja import Schema
+from pydantic import AfterValidator, Field
+
+INT32_MAX = 2**31 - 1
+MS_MAX = 10**15  # the ledger's "a time past this is a typo" bound (receipts_app.selectors)
+
+
+def clean_text(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError("must be valid Unicode text") from exc
+    return value
+
+
+def clean_json(value: Any) -> Any:
+    """Check every string (keys too) and number in a JSON document, recursively."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("numbers must be finite")
+    if isinstance(value, list):
+        return [clean_json(item) for item in value]
+    if isinstance(value, dict):
+        return {clean_text(str(k)): clean_json(v) for k, v in value.items()}
+    return value
+
+
+ShortText = Annotated[str, Field(max_length=64), AfterValidator(clean_text)]
+IdText = Annotated[str, Field(max_length=128), AfterValidator(clean_text)]
+Text = Annotated[str, Field(max_length=1_000_000), AfterValidator(clean_text)]
+KeyText = Annotated[str, Field(min_length=1, max_length=4000), AfterValidator(clean_text)]
+JsonValue = Annotated[Any, AfterValidator(clean_json)]
+Int32 = Annotated[int, Field(ge=0, le=INT32_MAX)]
+EpochMs = Annotated[int, Field(ge=0, le=MS_MAX)]
+
+
+class ErrorOut(Schema):
+    """Every error: a message (or a list of field errors for 422s) and a stable code."""
+
+    detail: str | list[dict[str, Any]]
+    code: str
+
+    model_config = {"extra": "allow"}
+
+
+# Error statuses an operation documents, by kind of operation.
+AUTH_ERRORS = (401, 403)
+READ_ERRORS = (*AUTH_ERRORS, 404, 422)
+WRITE_ERRORS = (400, *AUTH_ERRORS, 404, 409, 413, 422)
+
+
+def errors(*codes: int) -> dict[int, type[ErrorOut]]:
+    """``response=`` entries for error statuses (500 is always possible and documented)."""
+    return {code: ErrorOut for code in (*codes, 500)}
+
+
+class TokenIn(Schema):
+    name: Annotated[str, Field(min_length=1, max_length=100), AfterValidator(clean_text)]
+    scope: Literal["read", "operate", "admin"] = "read"
+
+    model_config = {"extra": "forbid"}
+
+
+class TokenOut(Schema):
+    id: int
+    name: str
+    scope: str
+    prefix: str
+    username: str
+    created_at: int
+    last_used_at: int | None
+    revoked_at: int | None
+
+    @staticmethod
+    def resolve_username(obj: Any) -> str:
+        return str(obj.user.get_username())
+
+
+class TokenCreatedOut(TokenOut):
+    token: str = Field(description="The plaintext token. It is shown once and never again.")
+
+
+class TokenListOut(Schema):
+    items: list[TokenOut]

@@ -1,0 +1,438 @@
+"""Receipts, requeue plans and health API, plus the receipt-backed session routes.
+
+Operations parse input, call one service or selector, and render. Requeue and acknowledge
+answer 200 with the outcome, except ``not_found`` (404) and ``stale`` (409: the row changed
+since the caller read it, nothing was done).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.http import HttpRequest
+from django.urls import reverse
+from ninja import Body, Query, Router, Status
+from ninja.decorators import decorate_view
+
+from opensquilla_site.auth import OPERATE, READ, Principal, principal
+from opensquilla_site.exceptions import ApplicationError, ConflictError, NotFoundError
+from opensquilla_site.idempotency import run_idempotent
+from opensquilla_site.limits import BULK_MAX_BODY_BYTES, body_limit
+from opensquilla_site.pagination import keyset_page
+from opensquilla_site.schemas import AUTH_ERRORS, READ_ERRORS, WRITE_ERRORS, errors
+from opensquilla_site.timeutil import now_ms
+from sessions_app.keys import canonicalize_session_key, normalize_agent_id
+from sessions_app.selectors import get_session_or_404
+
+from . import flush_runtime, health, ledger, requeue, services
+from .audit import Actor, acting_as
+from .checkpoint import record_memory_checkpoint
+from .models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
+from .schemas import (
+    AcknowledgeIn,
+    AcknowledgeOut,
+    BulkOut,
+    CheckpointIn,
+    CoverageOut,
+    FlushOut,
+    HealthListOut,
+    HealthOut,
+    ReceiptBulkIn,
+    ReceiptEventPageOut,
+    ReceiptFilterSchema,
+    ReceiptListQuery,
+    ReceiptOut,
+    ReceiptPageOut,
+    ReceiptPatchIn,
+    ReceiptUpsertIn,
+    RequeueIn,
+    RequeueOut,
+    RequeuePlanIn,
+    RequeuePlanOut,
+    TaskOut,
+)
+from .selectors import (
+    ReceiptFilter,
+    current_checkpoint_coverage,
+    filter_receipts,
+    get_receipt,
+    page_receipts,
+)
+
+router = Router(tags=["receipts"])
+session_receipts_router = Router(tags=["sessions"])
+
+
+class StaleReceipt(ConflictError):
+    code = "stale"
+
+
+class CheckpointNotRecorded(ApplicationError):
+    """The checkpoint failed before even a failure receipt could be written (a timeout)."""
+
+    code = "checkpoint_not_recorded"
+    status = 503
+
+
+def _actor(caller: Principal) -> Actor:
+    return Actor(name=caller.actor_name, surface="api")
+
+
+def _receipts_url(**params: Any) -> str:
+    return f"{reverse('api:list_receipts')}?{urlencode(params)}"
+
+
+# --- receipts -------------------------------------------------------------------------------
+
+
+@router.get(
+    "/receipts",
+    response={200: ReceiptPageOut, **errors(*AUTH_ERRORS, 422)},
+    auth=READ,
+    operation_id="list_receipts",
+)
+def list_receipts(
+    request: HttpRequest,
+    filters: Query[ReceiptFilterSchema],
+    page: Query[ReceiptListQuery],
+) -> dict[str, Any]:
+    """Newest first (``created_at``, then insertion order); follow ``next_cursor``."""
+    result = page_receipts(filters.to_receipt_filter(), cursor=page.cursor, limit=page.limit)
+    return {"items": result.rows, "next_cursor": result.next_cursor}
+
+
+@router.put(
+    "/receipts",
+    response={200: ReceiptOut, **errors(*WRITE_ERRORS)},
+    auth=OPERATE,
+    operation_id="upsert_receipt",
+)
+def upsert_receipt(request: HttpRequest, payload: ReceiptUpsertIn) -> MemoryDurableReceipt:
+    """Insert, or overwrite the row with the same ``idempotency_key``; returns the stored row."""
+    fields = payload.model_dump(exclude={"expected_session_id"})
+    with acting_as(_actor(principal(request))):
+        return ledger.upsert_memory_durable_receipt(
+            MemoryDurableReceipt(**fields), expected_session_id=payload.expected_session_id
+        )
+
+
+@router.post(
+    "/receipts/bulk",
+    response={200: BulkOut, **errors(*WRITE_ERRORS)},
+    auth=OPERATE,
+    operation_id="bulk_upsert_receipts",
+)
+@decorate_view(body_limit(BULK_MAX_BODY_BYTES))
+def bulk_upsert_receipts(request: HttpRequest, payload: ReceiptBulkIn) -> Status[Any]:
+    """Up to 1,000 unfenced upserts in one transaction: all are stored or none."""
+    caller = principal(request)
+
+    def act() -> Status[Any]:
+        rows = [MemoryDurableReceipt(**item.model_dump()) for item in payload.receipts]
+        with acting_as(_actor(caller)):
+            stored = ledger.bulk_upsert_memory_durable_receipts(rows)
+        results = [{"index": i, "receipt": ReceiptOut.from_orm(r)} for i, r in enumerate(stored)]
+        return Status(200, BulkOut(count=len(results), results=results))  # type: ignore[arg-type]
+
+    return run_idempotent(request, owner=caller.idempotency_owner, action=act)
+
+
+@router.get(
+    "/receipts/{receipt_id}",
+    response={200: ReceiptOut, **errors(*READ_ERRORS)},
+    auth=READ,
+    operation_id="get_receipt",
+)
+def get_receipt_detail(request: HttpRequest, receipt_id: str) -> MemoryDurableReceipt:
+    return get_receipt(receipt_id)
+
+
+@router.patch(
+    "/receipts/{receipt_id}",
+    response={200: ReceiptOut, **errors(*WRITE_ERRORS)},
+    auth=OPERATE,
+    operation_id="update_receipt",
+)
+def update_receipt(
+    request: HttpRequest, receipt_id: str, payload: ReceiptPatchIn
+) -> MemoryDurableReceipt:
+    with acting_as(_actor(principal(request))):
+        return ledger.update_memory_durable_receipt(
+            receipt_id, **payload.model_dump(exclude_unset=True)
+        )
+
+
+@router.get(
+    "/receipts/{receipt_id}/events",
+    response={200: ReceiptEventPageOut, **errors(*AUTH_ERRORS, 422)},
+    auth=READ,
+    operation_id="list_receipt_events",
+)
+def list_receipt_events(
+    request: HttpRequest, receipt_id: str, page: Query[ReceiptListQuery]
+) -> dict[str, Any]:
+    """The audit timeline, oldest first. Events outlive a deleted receipt."""
+    result = keyset_page(
+        ReceiptEvent.objects.filter(receipt_id=receipt_id),
+        cursor=page.cursor,
+        limit=page.limit,
+        newest_first=False,
+    )
+    return {"items": result.rows, "next_cursor": result.next_cursor}
+
+
+@router.post(
+    "/receipts/{receipt_id}/requeue",
+    response={200: RequeueOut, **errors(*WRITE_ERRORS)},
+    auth=OPERATE,
+    operation_id="requeue_receipt",
+)
+def requeue_receipt(
+    request: HttpRequest, receipt_id: str, payload: RequeueIn = Body(default=None)
+) -> Status[Any]:
+    caller = principal(request)
+    body = payload or RequeueIn(expected_status=None, expected_updated_at=None)
+
+    def act() -> Status[Any]:
+        result = requeue.requeue_receipt(
+            receipt_id=receipt_id,
+            actor=_actor(caller),
+            reason=body.reason,
+            expected_status=body.expected_status,
+            expected_updated_at=body.expected_updated_at,
+        ).to_dict()
+        return _outcome_response(result)
+
+    return run_idempotent(request, owner=caller.idempotency_owner, action=act)
+
+
+@router.post(
+    "/receipts/{receipt_id}/acknowledge",
+    response={200: AcknowledgeOut, **errors(*WRITE_ERRORS)},
+    auth=OPERATE,
+    operation_id="acknowledge_receipt",
+)
+def acknowledge_receipt(
+    request: HttpRequest, receipt_id: str, payload: AcknowledgeIn
+) -> Status[Any]:
+    caller = principal(request)
+
+    def act() -> Status[Any]:
+        result = requeue.acknowledge_receipt(
+            receipt_id=receipt_id,
+            actor=_actor(caller),
+            reason=payload.reason,
+            expected_status=payload.expected_status,
+            expected_updated_at=payload.expected_updated_at,
+        ).to_dict()
+        return _outcome_response(result)
+
+    return run_idempotent(request, owner=caller.idempotency_owner, action=act)
+
+
+def _outcome_response(result: dict[str, Any]) -> Status[Any]:
+    if result["outcome"] == "not_found":
+        raise NotFoundError(result["message"], extra=result)
+    if result["outcome"] == "stale":
+        raise StaleReceipt(result["message"], extra=result)
+    return Status(200, result)
+
+
+# --- requeue plans --------------------------------------------------------------------------
+
+
+@router.post(
+    "/requeue-plans",
+    response={201: RequeuePlanOut, **errors(*WRITE_ERRORS)},
+    auth=OPERATE,
+    operation_id="create_requeue_plan",
+)
+def create_requeue_plan(request: HttpRequest, payload: RequeuePlanIn) -> Status[Any]:
+    """Freeze a filter and dry-run it: counts per outcome and sample rows. Nothing changes."""
+    caller = principal(request)
+
+    def act() -> Status[Any]:
+        plan = requeue.create_requeue_plan(
+            filters=payload.filters,
+            receipt_ids=payload.receipt_ids,
+            actor=_actor(caller),
+            reason=payload.reason,
+        )
+        return Status(201, RequeuePlanOut.from_orm(plan))
+
+    return run_idempotent(request, owner=caller.idempotency_owner, action=act)
+
+
+@router.get(
+    "/requeue-plans/{plan_id}",
+    response={200: RequeuePlanOut, **errors(*READ_ERRORS)},
+    auth=READ,
+    operation_id="get_requeue_plan",
+)
+def get_requeue_plan(request: HttpRequest, plan_id: str) -> RequeuePlan:
+    """The plan with its progress: ``state``, ``processed`` of ``total``, ``result_counts``."""
+    return requeue.get_requeue_plan(plan_id)
+
+
+@router.post(
+    "/requeue-plans/{plan_id}/execute",
+    response={202: RequeuePlanOut, **errors(*WRITE_ERRORS)},
+    auth=OPERATE,
+    operation_id="execute_requeue_plan",
+)
+def execute_requeue_plan(request: HttpRequest, plan_id: str) -> Status[Any]:
+    """Queue the plan once; executing a queued, running or done plan again changes nothing."""
+    caller = principal(request)
+
+    def act() -> Status[Any]:
+        plan = requeue.execute_requeue_plan(plan_id=plan_id, actor=_actor(caller))
+        return Status(202, RequeuePlanOut.from_orm(plan))
+
+    return run_idempotent(request, owner=caller.idempotency_owner, action=act)
+
+
+# --- health ---------------------------------------------------------------------------------
+
+
+@router.get(
+    "/health",
+    response={200: HealthListOut, **errors(*AUTH_ERRORS)},
+    auth=READ,
+    operation_id="list_health",
+)
+def list_health(request: HttpRequest) -> dict[str, Any]:
+    """Memory safety and repair backlog (DOMAIN.md 9.4) for every agent in the ledger."""
+    return {"items": health.health_by_agent()}
+
+
+@router.get(
+    "/health/{agent_id}",
+    response={200: HealthOut, **errors(*AUTH_ERRORS, 422)},
+    auth=READ,
+    operation_id="get_health",
+)
+def get_health(request: HttpRequest, agent_id: str) -> dict[str, Any]:
+    return health.memory_health(normalize_agent_id(agent_id))
+
+
+# --- receipt-backed session routes ----------------------------------------------------------
+
+
+@session_receipts_router.post(
+    "/sessions/{path:key}/checkpoints",
+    response={200: ReceiptOut, 202: TaskOut, **errors(*WRITE_ERRORS, 503)},
+    auth=OPERATE,
+    operation_id="create_checkpoint",
+)
+def create_checkpoint(
+    request: HttpRequest, key: str, wait: bool = False, payload: CheckpointIn = Body(default=None)
+) -> Status[Any]:
+    """Queue a checkpoint of the live transcript (202 with the task id).
+
+    With ``?wait=true`` the checkpoint runs inside this request, as the worker would run it,
+    and the stored receipt comes back: ``checkpoint_saved``, or ``checkpoint_failed`` with
+    the reason when the write failed.
+    """
+    caller = principal(request)
+    turn_id = payload.turn_id if payload else None
+
+    def act() -> Status[Any]:
+        if wait:
+            return Status(200, ReceiptOut.from_orm(_checkpoint_now(key, turn_id, _actor(caller))))
+        started = now_ms()
+        task_id = services.enqueue_checkpoint(
+            session_key=key, actor=_actor(caller), turn_id=turn_id
+        )
+        url = _receipts_url(
+            session_key=canonicalize_session_key(key), scope="checkpoint", updated_from=started
+        )
+        return Status(202, TaskOut(task_id=task_id, status_url=url))
+
+    return run_idempotent(request, owner=caller.idempotency_owner, action=act)
+
+
+def _checkpoint_now(key: str, turn_id: str | None, actor: Actor) -> MemoryDurableReceipt:
+    with acting_as(actor):
+        try:
+            return record_memory_checkpoint(
+                key,
+                turn_id=turn_id,
+                timeout=getattr(settings, "OPENSQUILLA_CHECKPOINT_TIMEOUT", None),
+            )
+        except (KeyError, ValueError):
+            raise  # missing session (404), generation fence (409), empty transcript (422)
+        except Exception as exc:  # noqa: BLE001 - the failure is a receipt; return it
+            failed = (
+                filter_receipts(
+                    ReceiptFilter(
+                        session_key=canonicalize_session_key(key),
+                        scopes=("checkpoint",),
+                        statuses=("checkpoint_failed",),
+                    )
+                )
+                .filter(reason=str(exc))
+                .order_by("-updated_at", "-id")
+                .first()
+            )
+            if failed is None:
+                raise CheckpointNotRecorded(
+                    f"checkpoint failed and was not recorded: {exc}"
+                ) from exc
+            return failed
+
+
+@session_receipts_router.post(
+    "/sessions/{path:key}/flush",
+    response={200: FlushOut, 202: TaskOut, **errors(*WRITE_ERRORS)},
+    auth=OPERATE,
+    operation_id="flush_session",
+)
+def flush_session(request: HttpRequest, key: str, wait: bool = False) -> Status[Any]:
+    """Queue a flush (202 with the task id); ``?wait=true`` runs it in this request and
+    returns the flush outcome with the ledger rows it wrote."""
+    caller = principal(request)
+
+    def act() -> Status[Any]:
+        started = now_ms()
+        canonical = canonicalize_session_key(key)
+        if not wait:
+            task_id = services.enqueue_flush(session_key=key, actor=_actor(caller))
+            url = _receipts_url(session_key=canonical, updated_from=started)
+            return Status(202, TaskOut(task_id=task_id, status_url=url))
+        get_session_or_404(key)
+        with acting_as(_actor(caller)):
+            outcome = flush_runtime.flush_session(key)
+        written = filter_receipts(ReceiptFilter(session_key=canonical, updated_from=started))
+        flushed = FlushOut(
+            mode=str(outcome.mode),
+            result_status=str(outcome.result_status),
+            flushed_paths=list(outcome.flushed_paths),
+            message_count=outcome.message_count,
+            raw_reason=str(outcome.raw_reason) if outcome.raw_reason else None,
+            error=outcome.error,
+            receipts=[ReceiptOut.from_orm(r) for r in written.order_by("created_at", "id")[:100]],
+        )
+        return Status(200, flushed)
+
+    return run_idempotent(request, owner=caller.idempotency_owner, action=act)
+
+
+@session_receipts_router.get(
+    "/sessions/{path:key}/coverage",
+    response={200: CoverageOut, **errors(*READ_ERRORS)},
+    auth=READ,
+    operation_id="get_session_coverage",
+)
+def get_session_coverage(request: HttpRequest, key: str) -> dict[str, Any]:
+    """Whether a saved checkpoint covers the live transcript exactly (DOMAIN.md 10)."""
+    session = get_session_or_404(key)
+    receipt, entry_count = current_checkpoint_coverage(session)
+    return {
+        "session_key": session.session_key,
+        "session_id": session.session_id,
+        "entry_count": entry_count,
+        "covered": receipt is not None,
+        "receipt": receipt,
+    }

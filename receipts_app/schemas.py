@@ -1,0 +1,335 @@
+"""In/Out schemas of the receipts, requeue-plan and health API."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from ninja import FilterSchema, ModelSchema, Schema
+from pydantic import AfterValidator, Field, model_validator
+
+from opensquilla_site.pagination import MAX_PAGE_SIZE
+from opensquilla_site.schemas import (
+    EpochMs,
+    IdText,
+    Int32,
+    JsonValue,
+    KeyText,
+    ShortText,
+    Text,
+    clean_text,
+)
+
+from .models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
+from .selectors import ReceiptFilter
+
+MAX_BULK_ROWS = 1000
+
+RECEIPT_FIELDS = [
+    "receipt_id",
+    "session_key",
+    "session_id",
+    "turn_id",
+    "scope",
+    "source_path",
+    "target_path",
+    "content_hash",
+    "coverage_turn_id",
+    "coverage_hash",
+    "coverage_entry_count",
+    "idempotency_key",
+    "status",
+    "reason",
+    "attempt_count",
+    "next_retry_at_ms",
+    "created_at",
+    "updated_at",
+    "schema_version",
+    "agent_id",
+    "resolved_by_receipt_id",
+]
+
+NOT_NULL_COLUMNS = (
+    "session_key",
+    "session_id",
+    "scope",
+    "idempotency_key",
+    "status",
+    "attempt_count",
+    "updated_at",
+    "schema_version",
+)
+FilterText = Annotated[str, Field(max_length=4000), AfterValidator(clean_text)]
+
+
+class ReceiptOut(ModelSchema):
+    class Meta:
+        model = MemoryDurableReceipt
+        fields = RECEIPT_FIELDS
+
+
+class ReceiptPageOut(Schema):
+    items: list[ReceiptOut]
+    next_cursor: str | None
+
+
+class ReceiptFilterSchema(FilterSchema):
+    """Every ledger filter, for the OpenAPI docs. Parsing is ``ReceiptFilter.from_params``:
+    the console, the CLI, requeue plans and this API share that one rule."""
+
+    status: list[FilterText] | None = Field(None, description="repeat or comma-separate")
+    scope: list[FilterText] | None = Field(None, description="repeat or comma-separate")
+    agent: FilterText | None = None
+    session_key: FilterText | None = None
+    session_key_prefix: FilterText | None = None
+    session_id: FilterText | None = None
+    idempotency_key: FilterText | None = None
+    reason: FilterText | None = Field(None, description="case-insensitive substring")
+    created_from: EpochMs | None = None
+    created_to: EpochMs | None = None
+    updated_from: EpochMs | None = None
+    updated_to: EpochMs | None = None
+    attempts_min: EpochMs | None = None
+    attempts_max: EpochMs | None = None
+    due: bool | None = Field(None, description="true: due for repair now; false: not due")
+    receipt_id: list[FilterText] | None = Field(None, description="repeat or comma-separate")
+
+    def to_receipt_filter(self) -> ReceiptFilter:
+        return ReceiptFilter.from_params(self.model_dump(exclude_none=True))
+
+
+class ReceiptListQuery(Schema):
+    cursor: str | None = Field(None, max_length=200)
+    limit: int = Field(50, ge=1, le=MAX_PAGE_SIZE)
+
+
+class _ReceiptColumns(Schema):
+    turn_id: Text | None = None
+    source_path: Text | None = None
+    target_path: Text | None = None
+    content_hash: IdText | None = None
+    coverage_turn_id: Text | None = None
+    coverage_hash: IdText | None = None
+    coverage_entry_count: Int32 | None = None
+    reason: Text | None = None
+    next_retry_at_ms: EpochMs | None = None
+
+    model_config = {"extra": "forbid"}
+
+
+class ReceiptIn(_ReceiptColumns):
+    """One receipt to upsert by ``idempotency_key`` (DOMAIN.md 1.1 columns).
+
+    On a conflict the stored row keeps its ``receipt_id`` and ``created_at``; the rest is
+    overwritten and ``updated_at`` is stamped now.
+    """
+
+    receipt_id: IdText | None = Field(None, description="uuid4 by default")
+    session_key: KeyText
+    session_id: Annotated[str, Field(min_length=1, max_length=200), AfterValidator(clean_text)]
+    scope: Annotated[str, Field(min_length=1, max_length=64), AfterValidator(clean_text)]
+    idempotency_key: KeyText
+    status: Annotated[str, Field(min_length=1, max_length=64), AfterValidator(clean_text)]
+    attempt_count: Int32 = 0
+    created_at: EpochMs | None = None
+    schema_version: Int32 = 1
+
+
+class ReceiptUpsertIn(ReceiptIn):
+    expected_session_id: (
+        Annotated[str, Field(min_length=1, max_length=200), AfterValidator(clean_text)] | None
+    ) = Field(None, description="fence: 409 when the session's live generation differs")
+
+
+class ReceiptBulkIn(Schema):
+    receipts: list[ReceiptIn] = Field(..., min_length=1, max_length=MAX_BULK_ROWS)
+
+    model_config = {"extra": "forbid"}
+
+
+class BulkResultOut(Schema):
+    index: int = Field(description="position of the row in the request")
+    receipt: ReceiptOut = Field(description="the stored row (original receipt_id, created_at)")
+
+
+class BulkOut(Schema):
+    count: int
+    results: list[BulkResultOut]
+
+
+class ReceiptPatchIn(_ReceiptColumns):
+    """Columns to change; only the ones sent are written. Unknown fields are a 422."""
+
+    session_key: KeyText | None = None
+    session_id: (
+        Annotated[str, Field(min_length=1, max_length=200), AfterValidator(clean_text)] | None
+    ) = None
+    scope: Annotated[str, Field(min_length=1, max_length=64), AfterValidator(clean_text)] | None = (
+        None
+    )
+    idempotency_key: KeyText | None = None
+    status: (
+        Annotated[str, Field(min_length=1, max_length=64), AfterValidator(clean_text)] | None
+    ) = None
+    attempt_count: Int32 | None = None
+    updated_at: EpochMs | None = None
+    schema_version: Int32 | None = None
+    resolved_by_receipt_id: IdText | None = None
+
+    @model_validator(mode="after")
+    def _required_columns_not_null(self) -> ReceiptPatchIn:
+        nulled = sorted(
+            name
+            for name in NOT_NULL_COLUMNS
+            if name in self.model_fields_set and getattr(self, name) is None
+        )
+        if nulled:
+            raise ValueError(f"these columns cannot be null: {', '.join(nulled)}")
+        return self
+
+
+class ReceiptEventOut(ModelSchema):
+    class Meta:
+        model = ReceiptEvent
+        fields = [
+            "id",
+            "receipt_id",
+            "session_key",
+            "created_at",
+            "actor",
+            "surface",
+            "action",
+            "from_status",
+            "to_status",
+            "outcome",
+            "reason",
+            "plan_id",
+            "details",
+        ]
+
+
+class ReceiptEventPageOut(Schema):
+    items: list[ReceiptEventOut]
+    next_cursor: str | None
+
+
+class RequeueIn(Schema):
+    reason: Text = ""
+    expected_status: ShortText | None = Field(None, description="compare-and-set: act only if")
+    expected_updated_at: EpochMs | None = Field(None, description="compare-and-set: act only if")
+
+    model_config = {"extra": "forbid"}
+
+
+class RequeueOut(Schema):
+    receipt_id: str
+    outcome: str = Field(
+        description="requeued | superseded | fenced | in_flight | not_requeueable | stale | not_found"
+    )
+    message: str
+    status: str | None
+    superseded_by: str | None = None
+    task_id: str | None = None
+
+
+class AcknowledgeIn(Schema):
+    reason: Annotated[str, Field(min_length=1, max_length=10_000), AfterValidator(clean_text)]
+    expected_status: ShortText | None = None
+    expected_updated_at: EpochMs | None = None
+
+    model_config = {"extra": "forbid"}
+
+
+class AcknowledgeOut(Schema):
+    receipt_id: str
+    outcome: str = Field(description="acknowledged | not_acknowledgeable | stale | not_found")
+    message: str
+    status: str | None
+    from_status: str | None = None
+
+
+class RequeuePlanIn(Schema):
+    filters: dict[str, JsonValue] = Field(
+        default_factory=dict, description="the GET /receipts filter parameters"
+    )
+    receipt_ids: list[IdText] = Field(default_factory=list, max_length=10_000)
+    reason: Text = ""
+
+    model_config = {"extra": "forbid"}
+
+
+class RequeuePlanOut(ModelSchema):
+    class Meta:
+        model = RequeuePlan
+        fields = [
+            "plan_id",
+            "created_by",
+            "surface",
+            "reason",
+            "filters",
+            "receipt_ids",
+            "state",
+            "total",
+            "dry_run_counts",
+            "dry_run_samples",
+            "processed",
+            "result_counts",
+            "error",
+            "created_at",
+            "updated_at",
+            "started_at",
+            "finished_at",
+        ]
+
+
+class TaskOut(Schema):
+    task_id: str
+    status: str = "queued"
+    status_url: str = Field(description="where the resulting receipts appear")
+
+
+class CoverageOut(Schema):
+    session_key: str
+    session_id: str
+    entry_count: int
+    covered: bool
+    receipt: ReceiptOut | None
+
+
+class FlushOut(Schema):
+    mode: str
+    result_status: str
+    flushed_paths: list[str]
+    message_count: int
+    raw_reason: str | None
+    error: str | None
+    receipts: list[ReceiptOut] = Field(description="ledger rows this flush wrote")
+
+
+class CheckpointIn(Schema):
+    turn_id: Text | None = None
+
+    model_config = {"extra": "forbid"}
+
+
+class MemorySafetyOut(Schema):
+    status: str
+    errorCount: int  # noqa: N815 - upstream's field names (DOMAIN.md 9.4)
+    errorStatuses: dict[str, int]  # noqa: N815
+    sampleReceiptIds: list[str]  # noqa: N815
+    rowsChecked: int  # noqa: N815
+
+
+class SemanticMemoryOut(Schema):
+    status: str
+    repairBacklogCount: int  # noqa: N815
+    oldestRepairCreatedAt: int | None  # noqa: N815
+
+
+class HealthOut(Schema):
+    agentId: str | None  # noqa: N815
+    memorySafety: MemorySafetyOut  # noqa: N815
+    semanticMemory: SemanticMemoryOut  # noqa: N815
+
+
+class HealthListOut(Schema):
+    items: list[HealthOut]

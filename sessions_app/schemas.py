@@ -1,0 +1,80 @@
+"""In/Out schemas of the sessions API."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from ninja import ModelSchema, Schema
+
+from opensquilla_site.schemas import Int32, JsonValue, KeyText, ShortText, Text
+
+from .models import Session, TranscriptEntry
+
+
+class SessionIn(Schema):
+    session_key: KeyText
+    agent_id: ShortText | None = None
+
+    model_config = {"extra": "forbid"}
+
+
+class SessionOut(ModelSchema):
+    class Meta:
+        model = Session
+        fields = [
+            "session_key",
+            "session_id",
+            "epoch",
+            "agent_id",
+            "status",
+            "created_at",
+            "updated_at",
+        ]
+
+
+class SessionSummaryOut(ModelSchema):
+    """A list row: the columns ``Session.objects.for_console()`` loads, so no N+1."""
+
+    class Meta:
+        model = Session
+        fields = ["session_key", "session_id", "epoch", "agent_id", "status", "updated_at"]
+
+
+class SessionPageOut(Schema):
+    items: list[SessionSummaryOut]
+    next_cursor: str | None
+
+
+class MessageIn(Schema):
+    role: Literal["user", "assistant", "system", "tool"]
+    content: JsonValue = None
+    tool_calls: list[dict[str, JsonValue]] | None = None
+    tool_call_id: Text | None = None
+    reasoning_content: Text | None = None
+    token_count: Int32 | None = None
+
+    model_config = {"extra": "forbid"}
+
+
+class TranscriptEntryOut(ModelSchema):
+    tool_calls: list[dict[str, Any]] | None = None
+
+    class Meta:
+        model = TranscriptEntry
+        fields = [
+            "id",
+            "session_id",
+            "session_key",
+            "message_id",
+            "role",
+            "content",
+            "tool_call_id",
+            "reasoning_content",
+            "token_count",
+            "created_at",
+        ]
+
+
+class TranscriptPageOut(Schema):
+    items: list[TranscriptEntryOut]
+    next_cursor: str | None
