@@ -1,4 +1,24 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from .views import audit, overview, plans, receipts, sessions
 
 app_name = "receipts"
-urlpatterns: list = []
+urlpatterns = [
+    path("", overview.overview, name="overview"),
+    path("receipts/", receipts.receipt_list, name="list"),
+    path("receipts/new-count/", receipts.receipt_new_count, name="new_count"),
+    path("receipts/<str:receipt_id>/", receipts.receipt_detail, name="detail"),
+    path("receipts/<str:receipt_id>/requeue/", receipts.receipt_requeue, name="requeue"),
+    path(
+        "receipts/<str:receipt_id>/acknowledge/", receipts.receipt_acknowledge, name="acknowledge"
+    ),
+    path("plans/", plans.plan_list, name="plans"),
+    path("plans/new/", plans.plan_create, name="plan_create"),
+    path("plans/<str:plan_id>/", plans.plan_detail, name="plan_detail"),
+    path("plans/<str:plan_id>/progress/", plans.plan_progress, name="plan_progress"),
+    path("plans/<str:plan_id>/execute/", plans.plan_execute, name="plan_execute"),
+    path("audit/", audit.audit_log, name="audit"),
+    path("session-memory/", sessions.session_memory, name="session_memory"),
+    path("session-memory/checkpoint/", sessions.session_checkpoint_now, name="session_checkpoint"),
+    path("session-memory/flush/", sessions.session_flush_now, name="session_flush"),
+]

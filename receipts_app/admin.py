@@ -1,0 +1,162 @@
+"""Django admin for the ledger. Actions call the same requeue services as every surface.
+
+Receipts are looked up by filter and search over indexed columns; the full result count
+is skipped (``show_full_result_count``) because the table can hold millions of rows.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+
+from .audit import Actor
+from .models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
+from .requeue import acknowledge_receipt, requeue_receipt
+
+OPERATE_PERM = "receipts_app.operate_receipts"
+# A bulk action beyond this size belongs in a requeue plan (dry run, batches, progress).
+ADMIN_ACTION_LIMIT = 500
+
+
+def _actor(request: HttpRequest) -> Actor:
+    return Actor(name=request.user.get_username(), surface="admin")
+
+
+def _summarise(outcomes: Counter[str]) -> str:
+    return ", ".join(f"{n} {outcome}" for outcome, n in outcomes.most_common())
+
+
+@admin.register(MemoryDurableReceipt)
+class MemoryDurableReceiptAdmin(admin.ModelAdmin):
+    list_display = (
+        "receipt_id",
+        "status",
+        "scope",
+        "agent_id",
+        "session_key",
+        "attempt_count",
+        "created_at",
+        "updated_at",
+    )
+    list_filter = ("status", "scope", "agent_id")
+    search_fields = ("=receipt_id", "^session_key", "=idempotency_key", "=session_id")
+    list_select_related = False  # no relations: one query per page
+    show_full_result_count = False
+    list_per_page = 50
+    ordering = ("-created_at", "-id")
+    readonly_fields = ("receipt_id", "idempotency_key", "created_at", "agent_id")
+    actions = ("requeue_selected", "acknowledge_selected")
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(OPERATE_PERM)
+
+    @admin.action(description="Requeue selected receipts", permissions=["operate"])
+    def requeue_selected(self, request: HttpRequest, queryset: QuerySet) -> None:
+        ids = list(queryset.values_list("receipt_id", flat=True)[: ADMIN_ACTION_LIMIT + 1])
+        if len(ids) > ADMIN_ACTION_LIMIT:
+            self.message_user(
+                request,
+                f"More than {ADMIN_ACTION_LIMIT} receipts selected: use a requeue plan in the console.",
+                messages.ERROR,
+            )
+            return
+        outcomes: Counter[str] = Counter()
+        for receipt_id in ids:
+            result = requeue_receipt(receipt_id=receipt_id, actor=_actor(request))
+            outcomes[str(result.outcome)] += 1
+        self.message_user(request, f"Requeue: {_summarise(outcomes)}.", messages.SUCCESS)
+
+    @admin.action(description="Acknowledge selected receipts…", permissions=["operate"])
+    def acknowledge_selected(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+        """Two steps, like Django's delete action: a page asks for the reason, then applies."""
+        rows = list(queryset.values_list("pk", "receipt_id")[: ADMIN_ACTION_LIMIT + 1])
+        ids = [receipt_id for _pk, receipt_id in rows]
+        if len(ids) > ADMIN_ACTION_LIMIT:
+            self.message_user(
+                request,
+                f"Select at most {ADMIN_ACTION_LIMIT} receipts to acknowledge.",
+                messages.ERROR,
+            )
+            return None
+        reason = (request.POST.get("reason") or "").strip()
+        if request.POST.get("apply") and reason:
+            outcomes: Counter[str] = Counter()
+            for receipt_id in ids:
+                result = acknowledge_receipt(
+                    receipt_id=receipt_id, actor=_actor(request), reason=reason
+                )
+                outcomes[str(result.outcome)] += 1
+            self.message_user(request, f"Acknowledge: {_summarise(outcomes)}.", messages.SUCCESS)
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Acknowledge receipts",
+            "opts": self.model._meta,
+            "receipts": queryset.only("receipt_id", "status", "scope", "session_key")[
+                :ADMIN_ACTION_LIMIT
+            ],
+            "ids": ids,
+            "pks": [pk for pk, _rid in rows],
+            "reason_missing": bool(request.POST.get("apply")) and not reason,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/receipts_app/acknowledge.html", context)
+
+
+@admin.register(ReceiptEvent)
+class ReceiptEventAdmin(admin.ModelAdmin):
+    """The audit trail is append-only: nobody edits or deletes it, not even here."""
+
+    list_display = (
+        "created_at",
+        "actor",
+        "surface",
+        "action",
+        "outcome",
+        "receipt_id",
+        "from_status",
+        "to_status",
+    )
+    list_filter = ("surface", "action", "outcome")
+    search_fields = ("=receipt_id", "=actor", "=plan_id", "^session_key")
+    list_select_related = False
+    show_full_result_count = False
+    ordering = ("-created_at", "-id")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(RequeuePlan)
+class RequeuePlanAdmin(admin.ModelAdmin):
+    """Plans are created and executed by the requeue service; the admin only shows them."""
+
+    list_display = ("plan_id", "state", "created_by", "surface", "total", "processed", "created_at")
+    list_filter = ("state", "surface")
+    search_fields = ("=plan_id", "=created_by")
+    list_select_related = False
+    ordering = ("-created_at",)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

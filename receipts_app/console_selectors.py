@@ -1,0 +1,422 @@
+"""Console-only reads: overview aggregates, failure groups, chart buckets, audit paging,
+related receipts and the file preview.
+
+Each function owns its query shape and issues a fixed number of queries, so pages built on
+them stay at a constant query count whatever the data size.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, F, Q, QuerySet, Value
+from django.db.models.fields import BigIntegerField
+from django.db.models.functions import Cast
+
+from opensquilla_site.exceptions import ValidationFailed
+from opensquilla_site.pagination import Page, keyset_page
+from opensquilla_site.timeutil import now_ms
+from sessions_app.keys import normalize_agent_id
+
+from .ledger import literal_prefix
+from .models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
+from .selectors import FAILURE_STATUSES
+
+# --- overview counts ----------------------------------------------------------------------
+
+
+def counts_by(column: str) -> list[tuple[str, int]]:
+    """``(value, count)`` per distinct ``column`` (scope or agent_id), largest first.
+
+    One GROUP BY over a column that leads an index, so PostgreSQL answers it index-only.
+    """
+    if column not in {"scope", "agent_id", "status"}:
+        raise ValueError(f"cannot group receipts by {column!r}")
+    rows = (
+        MemoryDurableReceipt.objects.order_by()
+        .values_list(column)
+        .annotate(n=Count("id"))
+        .order_by("-n", column)
+    )
+    return [(value or "", n) for value, n in rows]
+
+
+# --- failure groups -----------------------------------------------------------------------
+
+# How many of the most recent failures are grouped. Grouping needs the text of each reason,
+# so it is bounded like upstream's health check (1000 most recent rows), only larger.
+FAILURE_WINDOW = 5000
+
+_MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"),
+        "<id>",
+    ),
+    (re.compile(r"agent:[^\s'\"]+"), "<session>"),
+    (re.compile(r"(?:[A-Za-z]:)?[\\/]?(?:[\w.@~-]+[\\/])+[\w.@~-]*"), "<path>"),
+    (re.compile(r"\b(?:0x)?[0-9a-fA-F]{8,}\b"), "<hex>"),
+    (re.compile(r"\d+(?:\.\d+)?"), "<n>"),
+)
+_PLACEHOLDER = re.compile(r"<(?:id|session|path|hex|n)>")
+
+
+def fingerprint_reason(reason: str | None) -> str:
+    """The reason with ids, session keys, paths, hex digests and numbers masked."""
+    text = (reason or "").strip()
+    for pattern, placeholder in _MASKS:
+        text = pattern.sub(placeholder, text)
+    return re.sub(r"\s+", " ", text)[:300]
+
+
+def literal_fragment(fingerprint: str) -> str:
+    """The longest unmasked piece of a fingerprint: a reason filter that finds the group."""
+    pieces = [p.strip(" '\"[](){}:,;") for p in _PLACEHOLDER.split(fingerprint)]
+    return max(pieces, key=len, default="") if pieces else ""
+
+
+@dataclass
+class FailureGroup:
+    scope: str
+    status: str
+    fingerprint: str
+    count: int = 0
+    first_seen: int = 0
+    last_seen: int = 0
+    sample_receipt_id: str = ""
+
+    @property
+    def filter_params(self) -> dict[str, Any]:
+        """Query parameters of the receipts list that show this group (and a plan freezes)."""
+        params: dict[str, Any] = {"status": self.status, "scope": self.scope}
+        fragment = literal_fragment(self.fingerprint)
+        if fragment:
+            params["reason"] = fragment
+        return params
+
+
+@dataclass
+class FailureGroups:
+    groups: list[FailureGroup] = field(default_factory=list)
+    scanned: int = 0
+    window: int = FAILURE_WINDOW
+
+    @property
+    def truncated(self) -> bool:
+        return self.scanned >= self.window
+
+
+def failure_groups(*, window: int = FAILURE_WINDOW) -> FailureGroups:
+    """Group the most recent failed receipts by ``(scope, status, fingerprint)``. One query."""
+    rows = (
+        MemoryDurableReceipt.objects.filter(status__in=FAILURE_STATUSES)
+        .order_by("-created_at", "-id")
+        .values_list("receipt_id", "scope", "status", "reason", "created_at")[:window]
+    )
+    groups: dict[tuple[str, str, str], FailureGroup] = {}
+    scanned = 0
+    for receipt_id, scope, status, reason, created_at in rows:
+        scanned += 1
+        key = (scope, status, fingerprint_reason(reason))
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = FailureGroup(
+                scope=scope,
+                status=status,
+                fingerprint=key[2],
+                first_seen=created_at,
+                last_seen=created_at,
+                sample_receipt_id=receipt_id,
+            )
+        group.count += 1
+        group.first_seen = min(group.first_seen, created_at)
+        group.last_seen = max(group.last_seen, created_at)
+    ordered = sorted(groups.values(), key=lambda g: (-g.count, -g.last_seen))
+    return FailureGroups(groups=ordered, scanned=scanned, window=window)
+
+
+# --- receipts over time -------------------------------------------------------------------
+
+RANGES: Mapping[str, tuple[int, int]] = {
+    # name: (bucket width in ms, number of buckets)
+    "24h": (3_600_000, 24),
+    "7d": (6 * 3_600_000, 28),
+    "30d": (86_400_000, 30),
+}
+
+
+@dataclass
+class Bucket:
+    start: int
+    total: int
+    failed: int
+
+
+@dataclass
+class Timeline:
+    range_name: str
+    buckets: list[Bucket]
+    peak: int
+
+    def bars(self, *, width: int = 600, height: int = 120) -> list[dict[str, Any]]:
+        """Bar geometry for the server-rendered SVG chart."""
+        n = max(1, len(self.buckets))
+        slot = width / n
+        scale = (height - 4) / max(1, self.peak)
+        out = []
+        for index, bucket in enumerate(self.buckets):
+            total_h = round(bucket.total * scale, 1)
+            failed_h = round(bucket.failed * scale, 1)
+            out.append(
+                {
+                    "x": round(index * slot + 1, 1),
+                    "w": round(max(1.0, slot - 2), 1),
+                    "y": round(height - total_h, 1),
+                    "h": total_h,
+                    "fy": round(height - failed_h, 1),
+                    "fh": failed_h,
+                    "bucket": bucket,
+                }
+            )
+        return out
+
+
+def receipts_over_time(range_name: str = "24h", *, now: int | None = None) -> Timeline:
+    """Receipts created per bucket over the range, with failures, in one grouped query."""
+    if range_name not in RANGES:
+        range_name = "24h"
+    width, count = RANGES[range_name]
+    end = (now if now is not None else now_ms()) // width * width + width
+    start = end - width * count
+    rows = (
+        MemoryDurableReceipt.objects.filter(created_at__gte=start, created_at__lt=end)
+        .order_by()
+        .annotate(
+            bucket=Cast(
+                (F("created_at") - Value(start, output_field=BigIntegerField()))
+                / Value(width, output_field=BigIntegerField()),
+                output_field=BigIntegerField(),
+            )
+        )
+        .values("bucket")
+        .annotate(total=Count("id"), failed=Count("id", filter=Q(status__in=FAILURE_STATUSES)))
+    )
+    by_index = {int(r["bucket"]): r for r in rows}
+    buckets = [
+        Bucket(
+            start=start + i * width,
+            total=int(by_index.get(i, {}).get("total", 0)),
+            failed=int(by_index.get(i, {}).get("failed", 0)),
+        )
+        for i in range(count)
+    ]
+    return Timeline(range_name, buckets, max((b.total for b in buckets), default=0))
+
+
+# --- audit log ----------------------------------------------------------------------------
+
+AUDIT_PARAMS = ("actor", "surface", "action", "receipt_id", "plan_id")
+
+
+def audit_filters_from(params: Mapping[str, Any]) -> dict[str, str]:
+    """The audit filters in ``params``: trimmed, bounded text; raises ``ValidationFailed``."""
+    out: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    for name in AUDIT_PARAMS:
+        value = str(params.get(name) or "").strip()
+        if not value:
+            continue
+        if len(value) > 200 or "\x00" in value:
+            errors[name] = f"{name} is not a valid value"
+            continue
+        out[name] = value
+    if "surface" in out and out["surface"] not in ReceiptEvent.SURFACES:
+        errors["surface"] = f"surface must be one of {', '.join(ReceiptEvent.SURFACES)}"
+    if errors:
+        raise ValidationFailed("; ".join(errors.values()), extra={"fields": errors})
+    return out
+
+
+def page_audit_events(
+    filters: Mapping[str, str], *, cursor: str | None = None, limit: int = 50
+) -> Page:
+    """Events newest first, filtered exactly by actor, surface, action, receipt or plan."""
+    qs: QuerySet[ReceiptEvent] = ReceiptEvent.objects.all()
+    for name in AUDIT_PARAMS:
+        if filters.get(name):
+            qs = qs.filter(**{name: filters[name]})
+    return keyset_page(qs, cursor=cursor, limit=limit)
+
+
+def receipt_timeline(receipt_id: str, *, limit: int = 200) -> list[ReceiptEvent]:
+    return list(
+        ReceiptEvent.objects.filter(receipt_id=receipt_id).order_by("created_at", "id")[:limit]
+    )
+
+
+# --- related receipts ---------------------------------------------------------------------
+
+
+def idempotency_family_prefix(receipt: MemoryDurableReceipt) -> str | None:
+    """The key up to and including its turn segment: every producer puts the session key and
+    turn id before the hash/outcome parts, so rows of one piece of work share this prefix."""
+    key = receipt.idempotency_key or ""
+    turn = receipt.turn_id or ""
+    if turn:
+        marker = f":{turn}:"
+        index = key.find(marker)
+        if index >= 0:
+            return key[: index + len(marker)]
+    head, sep, _tail = key.rpartition(":")
+    return head + sep if head else None
+
+
+def related_receipts(
+    receipt: MemoryDurableReceipt, *, limit: int = 20
+) -> list[MemoryDurableReceipt]:
+    """Same idempotency family, the receipt that resolved this one, and those it resolved."""
+    condition = Q(resolved_by_receipt_id=receipt.receipt_id)
+    if receipt.resolved_by_receipt_id:
+        condition |= Q(receipt_id=receipt.resolved_by_receipt_id)
+    prefix = idempotency_family_prefix(receipt)
+    if prefix:
+        family = literal_prefix(
+            MemoryDurableReceipt.objects.filter(session_key=receipt.session_key),
+            "idempotency_key",
+            prefix,
+        )
+        condition |= Q(pk__in=family.values("pk")[: limit * 2])
+    return list(
+        MemoryDurableReceipt.objects.filter(condition)
+        .exclude(pk=receipt.pk)
+        .for_console()
+        .order_by("-created_at", "-id")[:limit]
+    )
+
+
+# --- file preview -------------------------------------------------------------------------
+
+PREVIEW_LIMIT = 64 * 1024
+
+
+@dataclass
+class Preview:
+    path_field: str
+    stored_path: str
+    text: str = ""
+    size: int = 0
+    truncated: bool = False
+    error: str = ""
+
+
+def _workspace_roots(agent_id: str) -> list[Path]:
+    """The configured workspaces a receipt's files may live in; nothing else is readable."""
+    roots: list[Path] = []
+    checkpoint = getattr(settings, "OPENSQUILLA_CHECKPOINT_WORKSPACE", None)
+    memory = getattr(settings, "OPENSQUILLA_MEMORY_WORKSPACE", None)
+    if checkpoint:
+        roots.append(Path(checkpoint).expanduser())
+    if memory:
+        roots.append(
+            Path(
+                str(memory).replace("{agent}", normalize_agent_id(agent_id or "main"))
+            ).expanduser()
+        )
+    return [root.resolve() for root in roots]
+
+
+def _inside(root: Path, target: Path) -> bool:
+    return target == root or root in target.parents
+
+
+def resolve_receipt_file(stored: str, roots: list[Path]) -> Path | None:
+    """``stored`` resolved inside one of ``roots`` (symlinks followed), else None."""
+    if not stored or stored.startswith("session:") or "\x00" in stored:
+        return None
+    candidate = Path(stored)
+    for root in roots:
+        target = (candidate if candidate.is_absolute() else root / candidate).resolve()
+        if _inside(root, target) and target.is_file():
+            return target
+    return None
+
+
+def receipt_preview(receipt: MemoryDurableReceipt, *, limit: int = PREVIEW_LIMIT) -> Preview | None:
+    """The first ``limit`` bytes of the checkpoint JSONL or raw archive the receipt names.
+
+    Only files inside the configured workspaces are read. The text is returned raw; the
+    template escapes it.
+    """
+    roots = _workspace_roots(receipt.agent_id)
+    candidates = [
+        ("source_path", receipt.source_path),
+        ("target_path", receipt.target_path),
+    ]
+    named = [
+        (name, value) for name, value in candidates if value and not value.startswith("session:")
+    ]
+    if not named:
+        return None
+    for name, value in named:
+        target = resolve_receipt_file(value, roots)
+        if target is None:
+            continue
+        try:
+            size = target.stat().st_size
+            with target.open("rb") as handle:
+                data = handle.read(limit + 1)
+        except OSError as exc:
+            return Preview(name, value, error=f"could not read the file: {exc.strerror or exc}")
+        return Preview(
+            name,
+            value,
+            text=data[:limit].decode("utf-8", errors="replace"),
+            size=size,
+            truncated=len(data) > limit,
+        )
+    name, value = named[0]
+    return Preview(
+        name, value, error="the file is not in a configured workspace or no longer exists"
+    )
+
+
+# --- requeue plans ------------------------------------------------------------------------
+
+
+def page_plans(
+    *, before: str | None = None, limit: int = 50
+) -> tuple[list[RequeuePlan], str | None]:
+    """Plans newest first, keyset-paged on ``(created_at, plan_id)``.
+
+    ``before`` is ``"<created_at>:<plan_id>"`` from the previous page; anything else raises
+    ``ValidationFailed``.
+    """
+    qs = RequeuePlan.objects.order_by("-created_at", "-plan_id")
+    if before:
+        stamp_text, _sep, plan_id = before.partition(":")
+        try:
+            stamp = int(stamp_text)
+        except ValueError:
+            raise ValidationFailed(
+                "the page marker is not valid; start again from the first page"
+            ) from None
+        qs = qs.filter(Q(created_at__lt=stamp) | Q(created_at=stamp, plan_id__lt=plan_id))
+    rows = list(qs[: limit + 1])
+    marker = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        marker = f"{rows[-1].created_at}:{rows[-1].plan_id}"
+    return rows, marker
+
+
+def session_checkpoints(session_key: str, *, limit: int = 50) -> list[MemoryDurableReceipt]:
+    """Checkpoint receipts of every generation of the key, newest first (bounded)."""
+    return list(
+        MemoryDurableReceipt.objects.filter(session_key=session_key, scope="checkpoint")
+        .for_console()
+        .order_by("-created_at", "-id")[:limit]
+    )

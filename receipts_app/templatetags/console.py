@@ -1,0 +1,102 @@
+"""Template helpers for the console: epoch-ms dates, capped counts and filter-preserving URLs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from django import template
+from django.http import QueryDict
+
+from receipts_app.selectors import COUNT_CAP
+
+register = template.Library()
+
+
+@register.filter
+def ms_date(value: Any) -> str:
+    """Epoch milliseconds as ``YYYY-MM-DD HH:MM:SS UTC``; blank for None, raw for nonsense."""
+    if value is None or value == "":
+        return "—"
+    try:
+        moment = datetime.fromtimestamp(int(value) / 1000, tz=UTC)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return str(value)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+@register.filter
+def ms_iso(value: Any) -> str:
+    """Epoch milliseconds as an ISO string for ``<time datetime=…>``."""
+    try:
+        return datetime.fromtimestamp(int(value) / 1000, tz=UTC).isoformat()
+    except (TypeError, ValueError, OverflowError, OSError):
+        return ""
+
+
+@register.filter
+def capped(value: Any, cap: int = COUNT_CAP) -> str:
+    """A count from ``capped_count``: anything past the cap reads "10,000+"."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if number > int(cap):
+        return f"{int(cap):,}+"
+    return f"{number:,}"
+
+
+@register.filter
+def short_id(value: Any, length: int = 8) -> str:
+    return str(value or "")[: int(length)]
+
+
+@register.simple_tag(takes_context=True)
+def query_with(context: template.Context, **changes: Any) -> str:
+    """The current query string with ``changes`` applied (None or "" removes a key).
+
+    Paging cursors are always dropped unless given, since a changed filter starts page one.
+    """
+    request = context.get("request")
+    params = request.GET.copy() if request is not None else QueryDict(mutable=True)
+    params.pop("cursor", None)
+    for key, value in changes.items():
+        params.pop(key, None)
+        if value not in (None, ""):
+            if isinstance(value, list | tuple):
+                params.setlist(key, [str(v) for v in value])
+            else:
+                params[key] = str(value)
+    encoded = params.urlencode()
+    return f"?{encoded}" if encoded else "?"
+
+
+@register.simple_tag
+def querystring_from(params: dict[str, Any], **changes: Any) -> str:
+    """A query string from a filter's ``to_params()`` plus ``changes``."""
+    merged = {**params, **{k: v for k, v in changes.items() if v not in (None, "")}}
+    return "?" + urlencode(merged, doseq=True)
+
+
+@register.filter
+def intcomma_safe(value: Any) -> str:
+    try:
+        return f"{int(value):,}"
+    except (TypeError, ValueError):
+        return str(value)
+
+
+@register.filter
+def get_item(mapping: Any, key: Any) -> Any:
+    try:
+        return mapping.get(key)
+    except AttributeError:
+        return None
+
+
+@register.filter
+def join_if_list(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)

@@ -1,0 +1,1 @@
+"""Console views (HTMX): overview, receipts, requeue plans, audit log, session memory panel."""

@@ -1,0 +1,40 @@
+"""The audit log: every status change and operator action, from every surface."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from opensquilla_site.exceptions import ValidationFailed
+
+from .. import console_selectors as cs
+from ..models import ReceiptEvent
+from .helpers import VIEW_EVENTS_PERM, console_view, int_param
+
+
+@require_GET
+@console_view(VIEW_EVENTS_PERM)
+def audit_log(request: HttpRequest) -> HttpResponse:
+    context: dict = {
+        "surfaces": ReceiptEvent.SURFACES,
+        "filters": {},
+        "rows": [],
+        "next_cursor": None,
+    }
+    status = 200
+    try:
+        filters = cs.audit_filters_from(request.GET)
+        page = cs.page_audit_events(
+            filters,
+            cursor=request.GET.get("cursor"),
+            limit=int_param(request, "limit", 50, lo=10, hi=200),
+        )
+        context.update(filters=filters, rows=page.rows, next_cursor=page.next_cursor)
+    except ValidationFailed as exc:
+        context["filter_error"] = exc
+        status = 400
+    template = "console/audit.html"
+    if request.htmx and request.htmx.target == "audit-table":
+        template = "console/_audit_table.html"
+    return render(request, template, context, status=status)

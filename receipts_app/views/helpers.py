@@ -1,0 +1,110 @@
+"""Shared edges of the console views: login, role checks, actors and friendly errors.
+
+Every console view checks its permission here, in Python, so a fragment requested directly
+(without the page around it) is refused the same way as the page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django_htmx.http import HttpResponseClientRedirect
+
+from opensquilla_site.exceptions import ApplicationError
+
+from ..audit import Actor
+
+VIEW_PERM = "receipts_app.view_memorydurablereceipt"
+VIEW_EVENTS_PERM = "receipts_app.view_receiptevent"
+VIEW_PLANS_PERM = "receipts_app.view_requeueplan"
+VIEW_SESSIONS_PERM = "sessions_app.view_session"
+OPERATE_PERM = "receipts_app.operate_receipts"
+# The event the page listens for to refresh counts, tables and timelines after an action.
+CHANGED_EVENT = "receipts-changed"
+
+View = Callable[..., HttpResponse]
+
+
+def can_operate(user: Any) -> bool:
+    return bool(user.is_authenticated and user.has_perm(OPERATE_PERM))
+
+
+def console_actor(request: HttpRequest) -> Actor:
+    return Actor(name=request.user.get_username(), surface="console")
+
+
+def render_error(
+    request: HttpRequest,
+    message: str,
+    *,
+    status: int,
+    fields: dict[str, str] | None = None,
+    title: str = "Something needs fixing",
+) -> HttpResponse:
+    """The message as a page, or as a fragment swapped into the page's message area."""
+    context = {"title": title, "message": message, "fields": fields or {}}
+    if getattr(request, "htmx", False):
+        response = render(request, "console/_message.html", context, status=status)
+        response["HX-Retarget"] = "#messages"
+        response["HX-Reswap"] = "innerHTML"
+        return response
+    return render(request, "console/error.html", context, status=status)
+
+
+def render_application_error(request: HttpRequest, exc: ApplicationError) -> HttpResponse:
+    fields = exc.extra.get("fields") if isinstance(exc.extra, dict) else None
+    status = 400 if exc.status == 422 else exc.status
+    return render_error(request, exc.message, status=status, fields=fields)
+
+
+def _login_response(request: HttpRequest) -> HttpResponse:
+    if getattr(request, "htmx", False):
+        # A partial cannot show a login form: send the whole tab to the login page.
+        return HttpResponseClientRedirect(
+            f"{settings.LOGIN_URL}?next={request.htmx.current_url_abs_path or '/'}"  # type: ignore[attr-defined]
+        )
+    return redirect_to_login(request.get_full_path(), settings.LOGIN_URL)
+
+
+def console_view(*perms: str) -> Callable[[View], View]:
+    """Require a login and every permission in ``perms``; refuse with a friendly 403.
+
+    Application errors escaping the view become a message with their status, never a 500.
+    """
+
+    def decorator(view: View) -> View:
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not request.user.is_authenticated:
+                return _login_response(request)
+            missing = [p for p in perms if not request.user.has_perm(p)]
+            if missing:
+                return render_error(
+                    request,
+                    "Your role does not allow this. Ask an administrator for operator access.",
+                    status=403,
+                    title="Not allowed",
+                )
+            try:
+                return view(request, *args, **kwargs)
+            except ApplicationError as exc:
+                return render_application_error(request, exc)
+
+        return wrapper
+
+    return decorator
+
+
+def int_param(request: HttpRequest, name: str, default: int, *, lo: int, hi: int) -> int:
+    """A bounded integer query parameter; nonsense falls back to the default."""
+    try:
+        value = int(request.GET.get(name, default))
+    except (TypeError, ValueError):
+        return default
+    return max(lo, min(hi, value))

@@ -1,0 +1,37 @@
+"""The overview: is any memory at risk, where, and since when."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from .. import console_selectors as cs
+from ..health import health_by_agent
+from ..selectors import FAILURE_STATUSES, KNOWN_STATUSES, ReceiptFilter, status_counts
+from .helpers import VIEW_PERM, can_operate, console_view
+
+
+@require_GET
+@console_view(VIEW_PERM)
+def overview(request: HttpRequest) -> HttpResponse:
+    range_name = request.GET.get("range", "24h")
+    timeline = cs.receipts_over_time(range_name)
+    counts = status_counts(ReceiptFilter())
+    context = {
+        "status_counts": [(s, counts.get(s, 0)) for s in KNOWN_STATUSES if counts.get(s)],
+        "failure_statuses": FAILURE_STATUSES,
+        "failure_total": sum(counts.get(s, 0) for s in FAILURE_STATUSES),
+        "scope_counts": cs.counts_by("scope"),
+        "agent_counts": cs.counts_by("agent_id"),
+        "health": health_by_agent(),
+        "failure_groups": cs.failure_groups(),
+        "timeline": timeline,
+        "bars": timeline.bars(),
+        "ranges": list(cs.RANGES),
+        "can_operate": can_operate(request.user),
+    }
+    template = "console/overview.html"
+    if request.htmx and request.htmx.target == "overview-body":
+        template = "console/_overview_body.html"
+    return render(request, template, context)

@@ -1,0 +1,125 @@
+"""Requeue plans: create from a selection or a whole filter, review the dry run, confirm,
+and watch the execution's progress."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import trigger_client_event
+
+from .. import console_selectors as cs
+from ..models import RequeuePlan
+from ..requeue import create_requeue_plan, execute_requeue_plan, get_requeue_plan
+from ..selectors import ReceiptFilter
+from .helpers import (
+    CHANGED_EVENT,
+    OPERATE_PERM,
+    VIEW_PLANS_PERM,
+    can_operate,
+    console_actor,
+    console_view,
+    int_param,
+    render_error,
+)
+
+RUNNING_STATES = ("queued", "running")
+
+
+@require_POST
+@console_view(VIEW_PLANS_PERM, OPERATE_PERM)
+def plan_create(request: HttpRequest) -> HttpResponse:
+    """Freeze either the checked rows or, with ``all_matching``, the whole filter.
+
+    The filter arrives as the same query parameters the list uses, so the plan selects
+    exactly what the operator was looking at.
+    """
+    selected = [rid for rid in request.POST.getlist("selected") if rid.strip()][:1000]
+    all_matching = request.POST.get("all_matching") in ("1", "true", "on")
+    if not all_matching and not selected:
+        return render_error(
+            request, "Select at least one receipt, or select all matching.", status=400
+        )
+    params = request.POST.copy()
+    for key in ("selected", "all_matching", "csrfmiddlewaretoken", "reason"):
+        params.pop(key, None)
+    receipt_filter = ReceiptFilter.from_params(params)
+    plan = create_requeue_plan(
+        filters=receipt_filter.to_params() if all_matching else {},
+        receipt_ids=None if all_matching else selected,
+        actor=console_actor(request),
+        reason=request.POST.get("reason", "").strip()[:2000],
+    )
+    return redirect(reverse("receipts:plan_detail", args=[plan.plan_id]))
+
+
+@require_GET
+@console_view(VIEW_PLANS_PERM)
+def plan_list(request: HttpRequest) -> HttpResponse:
+    rows, marker = cs.page_plans(
+        before=request.GET.get("before") or None,
+        limit=int_param(request, "limit", 50, lo=10, hi=200),
+    )
+    return render(request, "console/plans.html", {"plans": rows, "next_marker": marker})
+
+
+def _plan_or_404(request: HttpRequest, plan_id: str) -> RequeuePlan | HttpResponse:
+    try:
+        return get_requeue_plan(plan_id)
+    except KeyError:
+        return render_error(
+            request, "No requeue plan has that id.", status=404, title="Plan not found"
+        )
+
+
+def _plan_context(request: HttpRequest, plan: RequeuePlan) -> dict:
+    samples = plan.dry_run_samples or {}
+    return {
+        "plan": plan,
+        "outcomes": [
+            (outcome, count, samples.get(outcome, []))
+            for outcome, count in sorted((plan.dry_run_counts or {}).items(), key=lambda kv: -kv[1])
+        ],
+        "results": sorted((plan.result_counts or {}).items(), key=lambda kv: -kv[1]),
+        "running": plan.state in RUNNING_STATES,
+        "percent": int(100 * plan.processed / plan.total) if plan.total else 100,
+        "can_operate": can_operate(request.user),
+        "filter_query": ReceiptFilter.from_params(plan.filters).to_params() if plan.filters else {},
+    }
+
+
+@require_GET
+@console_view(VIEW_PLANS_PERM)
+def plan_detail(request: HttpRequest, plan_id: str) -> HttpResponse:
+    plan = _plan_or_404(request, plan_id)
+    if isinstance(plan, HttpResponse):
+        return plan
+    return render(request, "console/plan_detail.html", _plan_context(request, plan))
+
+
+@require_GET
+@console_view(VIEW_PLANS_PERM)
+def plan_progress(request: HttpRequest, plan_id: str) -> HttpResponse:
+    """The progress fragment; it keeps polling itself while the plan is queued or running."""
+    plan = _plan_or_404(request, plan_id)
+    if isinstance(plan, HttpResponse):
+        return plan
+    response = render(request, "console/_plan_progress.html", _plan_context(request, plan))
+    if plan.state not in RUNNING_STATES:
+        trigger_client_event(response, CHANGED_EVENT, {"plan_id": plan.plan_id})
+    return response
+
+
+@require_POST
+@console_view(VIEW_PLANS_PERM, OPERATE_PERM)
+def plan_execute(request: HttpRequest, plan_id: str) -> HttpResponse:
+    found = _plan_or_404(request, plan_id)
+    if isinstance(found, HttpResponse):
+        return found
+    plan = execute_requeue_plan(plan_id=plan_id, actor=console_actor(request))
+    if not request.htmx:
+        return redirect(reverse("receipts:plan_detail", args=[plan.plan_id]))
+    plan.refresh_from_db()  # an eager/fast worker may already have moved it on
+    response = render(request, "console/_plan_progress.html", _plan_context(request, plan))
+    return trigger_client_event(response, CHANGED_EVENT, {"plan_id": plan.plan_id})

@@ -1,0 +1,278 @@
+"""Receipts list, live "N new" banner, receipt detail, and the single requeue/acknowledge."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from django.contrib import messages
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import trigger_client_event
+
+from opensquilla_site.exceptions import ValidationFailed
+from opensquilla_site.pagination import decode_cursor, encode_cursor
+
+from .. import console_selectors as cs
+from ..models import MemoryDurableReceipt
+from ..requeue import acknowledge_receipt, available_actions, requeue_receipt
+from ..requeue.rules import (
+    ACKNOWLEDGEABLE_STATUSES,
+    CHECKPOINT_FAILED,
+    REPAIR_PENDING,
+    TERMINAL_REPAIR_STATUSES,
+)
+from ..selectors import (
+    FAILURE_STATUSES,
+    KNOWN_SCOPES,
+    KNOWN_STATUSES,
+    ReceiptFilter,
+    capped_count,
+    filter_receipts,
+    get_receipt,
+    page_receipts,
+    status_counts,
+)
+from .helpers import (
+    CHANGED_EVENT,
+    OPERATE_PERM,
+    VIEW_PERM,
+    can_operate,
+    console_actor,
+    int_param,
+    render_error,
+)
+from .helpers import console_view as _console_view
+
+# Rows that get a one-click requeue button. The engine still decides the outcome; this only
+# keeps the button off rows where it could never do anything (successes, in-flight work).
+ROW_REQUEUE_STATUSES = (CHECKPOINT_FAILED, REPAIR_PENDING, *TERMINAL_REPAIR_STATUSES)
+NEW_ROWS_CAP = 999
+
+
+RANGE_PARAMS = ("created_from", "created_to", "updated_from", "updated_to")
+
+
+def _dates_as_ms(params: QueryDict) -> QueryDict:
+    """Let operators type dates ("2025-01-31" or "2025-01-31T12:00", UTC) where the shared
+    filter takes epoch ms; anything unparseable is left for the filter to reject clearly."""
+    params = params.copy()
+    for name in RANGE_PARAMS:
+        value = (params.get(name) or "").strip()
+        if not value or value.lstrip("-").isdigit():
+            continue
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            continue
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        params[name] = str(int(moment.timestamp() * 1000))
+    return params
+
+
+def _parse_filter(request: HttpRequest) -> tuple[ReceiptFilter | None, ValidationFailed | None]:
+    try:
+        return ReceiptFilter.from_params(_dates_as_ms(request.GET)), None
+    except ValidationFailed as exc:
+        return None, exc
+
+
+def _pairs(params: dict) -> list[tuple[str, str]]:
+    """Flatten ``to_params()`` into (name, value) pairs for hidden form inputs."""
+    out: list[tuple[str, str]] = []
+    for key, value in params.items():
+        for item in value if isinstance(value, list) else [value]:
+            out.append((key, str(item)))
+    return out
+
+
+@require_GET
+@_console_view(VIEW_PERM)
+def receipt_list(request: HttpRequest) -> HttpResponse:
+    receipt_filter, error = _parse_filter(request)
+    limit = int_param(request, "limit", 50, lo=10, hi=200)
+    context: dict = {
+        "known_statuses": KNOWN_STATUSES,
+        "failure_statuses": FAILURE_STATUSES,
+        "known_scopes": KNOWN_SCOPES,
+        "can_operate": can_operate(request.user),
+        "row_requeue_statuses": ROW_REQUEUE_STATUSES,
+        "limit": limit,
+        "filter_error": error,
+    }
+    status = 200
+    if receipt_filter is None:
+        status = 400
+        context.update(rows=[], next_cursor=None, counts={}, filter=ReceiptFilter(), total=0)
+    else:
+        unknown = [s for s in receipt_filter.statuses if s not in KNOWN_STATUSES]
+        try:
+            page = page_receipts(
+                receipt_filter, cursor=request.GET.get("cursor"), limit=limit, for_console=True
+            )
+        except ValidationFailed as exc:  # a forged or garbled cursor
+            return render_error(request, exc.message, status=400)
+        context.update(
+            filter=receipt_filter,
+            filter_pairs=_pairs(receipt_filter.to_params()),
+            rows=page.rows,
+            next_cursor=page.next_cursor,
+            counts=status_counts(receipt_filter),
+            total=capped_count(filter_receipts(receipt_filter)),
+            unknown_statuses=unknown,
+            newest_marker=(
+                encode_cursor(page.rows[0].created_at, page.rows[0].id)
+                if page.rows and not request.GET.get("cursor")
+                else ""
+            ),
+        )
+    template = "console/receipts.html"
+    if request.htmx and request.htmx.target == "receipt-table":
+        template = "console/_receipt_table.html"
+    return render(request, template, context, status=status)
+
+
+@require_GET
+@_console_view(VIEW_PERM)
+def receipt_new_count(request: HttpRequest) -> HttpResponse:
+    """How many rows matching the filter arrived above the first row shown (capped).
+
+    The table is never reshuffled under the operator; the banner offers to reload instead.
+    """
+    receipt_filter, error = _parse_filter(request)
+    count = 0
+    since = request.GET.get("since", "")
+    if receipt_filter is not None and since:
+        created_at, row_id = decode_cursor(since) or (0, 0)
+        newer = filter_receipts(receipt_filter).filter(
+            Q(created_at__gt=created_at) | Q(created_at=created_at, id__gt=row_id)
+        )
+        count = capped_count(newer, NEW_ROWS_CAP)
+    params = request.GET.copy()
+    for key in ("since", "cursor"):
+        params.pop(key, None)
+    return render(
+        request,
+        "console/_new_banner.html",
+        {
+            "new_count": count,
+            "cap": NEW_ROWS_CAP,
+            "reload_query": params.urlencode(),
+            "since": since,
+            "error": error,
+        },
+    )
+
+
+def _detail_context(request: HttpRequest, receipt: MemoryDurableReceipt) -> dict:
+    return {
+        "receipt": receipt,
+        "events": cs.receipt_timeline(receipt.receipt_id),
+        "related": cs.related_receipts(receipt),
+        "preview": cs.receipt_preview(receipt),
+        "actions": available_actions(receipt),
+        "can_operate": can_operate(request.user),
+        "acknowledgeable": receipt.status in ACKNOWLEDGEABLE_STATUSES,
+    }
+
+
+def _receipt_or_404(request: HttpRequest, receipt_id: str) -> MemoryDurableReceipt | HttpResponse:
+    try:
+        return get_receipt(receipt_id)
+    except KeyError:
+        return render_error(
+            request,
+            "No receipt has that id. It may have been removed with its session.",
+            status=404,
+            title="Receipt not found",
+        )
+
+
+@require_GET
+@_console_view(VIEW_PERM)
+def receipt_detail(request: HttpRequest, receipt_id: str) -> HttpResponse:
+    receipt = _receipt_or_404(request, receipt_id)
+    if isinstance(receipt, HttpResponse):
+        return receipt
+    template = "console/receipt_detail.html"
+    if request.htmx and request.htmx.target == f"receipt-{receipt.receipt_id}":
+        template = "console/_receipt_detail.html"
+    return render(request, template, _detail_context(request, receipt))
+
+
+def _expected(request: HttpRequest) -> tuple[str | None, int | None]:
+    """The status and stamp the operator saw: the compare-and-set guard of every action."""
+    status = request.POST.get("expected_status") or None
+    stamp = request.POST.get("expected_updated_at") or None
+    if stamp is None:
+        return status, None
+    try:
+        return status, int(stamp)
+    except ValueError:
+        raise ValidationFailed("expected_updated_at must be a whole number") from None
+
+
+def _after_action(
+    request: HttpRequest, receipt_id: str, message: str, ok: bool, *, status: int = 200
+) -> HttpResponse:
+    """Re-render what the action came from (a table row or the detail), or redirect."""
+    if not request.htmx:
+        (messages.success if ok else messages.warning)(request, message)
+        return redirect(reverse("receipts:detail", args=[receipt_id]))
+    receipt = get_receipt(receipt_id)
+    context = {"flash": message, "flash_ok": ok}
+    if request.htmx.target == f"row-{receipt_id}":
+        context.update(
+            row=receipt,
+            can_operate=True,
+            row_requeue_statuses=ROW_REQUEUE_STATUSES,
+            failure_statuses=FAILURE_STATUSES,
+        )
+        response = render(request, "console/_receipt_row.html", context, status=status)
+    else:
+        context.update(_detail_context(request, receipt))
+        response = render(request, "console/_receipt_detail.html", context, status=status)
+    return trigger_client_event(response, CHANGED_EVENT, {"receipt_id": receipt_id})
+
+
+@require_POST
+@_console_view(VIEW_PERM, OPERATE_PERM)
+def receipt_requeue(request: HttpRequest, receipt_id: str) -> HttpResponse:
+    found = _receipt_or_404(request, receipt_id)
+    if isinstance(found, HttpResponse):
+        return found
+    expected_status, expected_updated_at = _expected(request)
+    result = requeue_receipt(
+        receipt_id=receipt_id,
+        actor=console_actor(request),
+        reason=request.POST.get("reason", "").strip()[:2000],
+        expected_status=expected_status,
+        expected_updated_at=expected_updated_at,
+    )
+    ok = str(result.outcome) in ("requeued", "superseded")
+    return _after_action(request, receipt_id, f"{result.outcome}: {result.message}", ok)
+
+
+@require_POST
+@_console_view(VIEW_PERM, OPERATE_PERM)
+def receipt_acknowledge(request: HttpRequest, receipt_id: str) -> HttpResponse:
+    found = _receipt_or_404(request, receipt_id)
+    if isinstance(found, HttpResponse):
+        return found
+    expected_status, expected_updated_at = _expected(request)
+    reason = request.POST.get("reason", "")[:2000]
+    try:
+        result = acknowledge_receipt(
+            receipt_id=receipt_id,
+            actor=console_actor(request),
+            reason=reason,
+            expected_status=expected_status,
+            expected_updated_at=expected_updated_at,
+        )
+    except ValueError as exc:
+        return _after_action(request, receipt_id, str(exc), False, status=400)
+    ok = str(result.outcome) == "acknowledged"
+    return _after_action(request, receipt_id, f"{result.outcome}: {result.message}", ok)
