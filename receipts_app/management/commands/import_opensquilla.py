@@ -1,0 +1,68 @@
+"""``manage.py import_opensquilla PATH_TO_sessions.db [--workspace DIR]`` (docs/IMPORT.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from django.core.management.base import BaseCommand
+
+from receipts_app.audit import acting_as
+from receipts_app.importer import import_opensquilla
+from receipts_app.management import cli
+
+
+class Command(BaseCommand):
+    help = (
+        "Import an OpenSquilla (0.3.0 or later) sessions.db: sessions, transcript entries and "
+        "every receipt, plus the checkpoint and raw-fallback files of its workspace. "
+        "Idempotent; all or nothing."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("db_path", metavar="PATH_TO_sessions.db", type=Path)
+        parser.add_argument(
+            "--workspace",
+            type=Path,
+            default=None,
+            help="the OpenSquilla workspace holding memory/.checkpoints and memory/.raw_fallbacks",
+        )
+        parser.add_argument(
+            "--target-workspace",
+            type=Path,
+            default=None,
+            help="where checkpoint files go (default: OPENSQUILLA_CHECKPOINT_WORKSPACE)",
+        )
+        parser.add_argument(
+            "--memory-workspace",
+            default=None,
+            help="where raw-fallback archives go; may contain {agent} "
+            "(default: OPENSQUILLA_MEMORY_WORKSPACE, else the target workspace)",
+        )
+        parser.add_argument("--json", action="store_true", help="print the report as JSON")
+        parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+        cli.add_actor_argument(parser)
+
+    def handle(self, *args, **options):
+        progress = cli.ProgressBar(cli.raw_stream(self.stderr), enabled=not options["no_progress"])
+        try:
+            with acting_as(cli.actor_from(options)), cli.cli_errors():
+                report = import_opensquilla(
+                    db_path=options["db_path"],
+                    workspace=options["workspace"],
+                    target_workspace=options["target_workspace"],
+                    memory_workspace=options["memory_workspace"],
+                    progress=progress,
+                )
+        finally:
+            progress.close()
+        if options["json"]:
+            self.stdout.write(json.dumps(report.as_dict(), indent=2, sort_keys=True))
+            return
+        for line in report.summary_lines():
+            self.stdout.write(line)
+        self.stdout.write(
+            self.style.SUCCESS("import done")
+            if report.changed
+            else "nothing to do: already imported"
+        )

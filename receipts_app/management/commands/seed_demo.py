@@ -1,0 +1,34 @@
+"""``manage.py seed_demo [--with-users]``: idempotent demo data for the console."""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand
+
+from receipts_app.audit import Actor, acting_as
+from receipts_app.management import cli
+from receipts_app.management.demo import seed_demo
+
+
+class Command(BaseCommand):
+    help = (
+        "Create demo sessions, transcripts and receipts of every status (safe to run again). "
+        "--with-users also creates admin/operator/viewer logins."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--with-users",
+            action="store_true",
+            help="create admin, operator and viewer users (password: $OPENSQUILLA_DEMO_PASSWORD "
+            "or generated and printed)",
+        )
+
+    def handle(self, *args, **options):
+        with acting_as(Actor("seed_demo", "cli")), cli.cli_errors():
+            report = seed_demo(with_users=options["with_users"])
+        self.stdout.write(f"workspace: {report.workspace}")
+        self.stdout.write(
+            f"demo data: {len(report.created)} created, {len(report.existing)} already present"
+        )
+        for username, password in report.users:
+            self.stdout.write(f"login: {username} / {password}")
