@@ -135,7 +135,7 @@ def _time_value(name: str, value: str) -> str:
         raise CommandError(f"{name} must be epoch milliseconds or an ISO date: {value!r}") from exc
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return str(int(moment.timestamp() * 1000))
+    return str(round(moment.timestamp() * 1000))
 
 
 def filter_params(options: dict[str, Any]) -> dict[str, Any]:

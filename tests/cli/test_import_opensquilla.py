@@ -397,3 +397,13 @@ def test_command_prints_counts_and_a_progress_bar(golden, target):
         stdout=out,
     )
     assert "nothing to do: already imported" in out.getvalue()
+
+
+def test_messages_appended_after_import_get_fresh_ids_and_uncover_the_checkpoint(golden, target):
+    run(golden)
+    entry = append_message("agent:main:webchat:s1-0", role="user", content="after the import")
+    assert entry.id > 140  # the id sequence moved past the imported ids
+    covering, count = current_checkpoint_coverage(
+        Session.objects.get(session_key="agent:main:webchat:s1-0")
+    )
+    assert covering is None and count == 9
