@@ -413,3 +413,40 @@ def test_repair_one_handles_missing_not_due_and_due_rows(workspaces, good_provid
     result = repair.repair_one(due.receipt_id)
     assert result["status"] == "repaired"
     assert reload(due).status == "repair_done"
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_two_concurrent_repairs_claim_a_row_once(workspaces, good_provider):
+    import threading
+
+    from django.db import connection
+
+    root = workspaces / "main"
+    row = repair_row(write_archive(root))
+    snapshot = reload(row)
+    barrier = threading.Barrier(2)
+    results: list[dict[str, Any]] = []
+
+    def run() -> None:
+        try:
+            barrier.wait(timeout=10)
+            results.append(
+                repair.repair_durable_receipt_source(
+                    snapshot, memory_root=root, flush_service=repair.build_repair_flush_service()
+                )
+            )
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert sorted((r["status"], r["reason"]) for r in results if r["status"] == "skipped") == [
+        ("skipped", "repair_already_claimed")
+    ]
+    assert [r["status"] for r in results if r["status"] != "skipped"] == ["repaired"]
+    assert reload(row).status == "repair_done"
+    assert ReceiptEvent.objects.filter(receipt_id=row.receipt_id, action="claim").count() == 1
