@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import QuerySet
+
 from opensquilla_site import timeutil
 from sessions_app.keys import agent_prefix
 
@@ -23,8 +25,8 @@ BACKLOG_WARNING_AGE_MS = 24 * 60 * 60 * 1000
 SAFETY_ERROR_STATUSES = ("checkpoint_failed", CHECKPOINT_REQUEUED, "receipt_orphaned")
 
 
-def _scoped(agent_id: str | None):
-    qs = MemoryDurableReceipt.objects.all()
+def _scoped(agent_id: str | None) -> QuerySet[MemoryDurableReceipt]:
+    qs: QuerySet[MemoryDurableReceipt] = MemoryDurableReceipt.objects.all()
     if agent_id:
         qs = literal_prefix(qs, "session_key", agent_prefix(agent_id))
     return qs
