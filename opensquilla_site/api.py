@@ -5,6 +5,7 @@ domain errors become HTTP statuses:
 - ``ApplicationError`` subclasses carry their own status and code;
 - ``KeyError`` is 404, except the generation fence ("Session generation changed"), 409;
 - ``ValueError`` is 422, as is a request that fails schema validation;
+- a write refused by a unique constraint is 409;
 - unparseable JSON is 400, a body over the limit 413, a missing or bad credential 401, a
   missing scope or failed CSRF check 403;
 - anything else is a logged 500 that shows no stack trace.
@@ -17,6 +18,7 @@ from typing import Any
 
 import pydantic
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.db import IntegrityError
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI, Router, Status
 from ninja.errors import AuthenticationError, HttpError
@@ -58,13 +60,16 @@ api = NinjaAPI(
 )
 
 
-def _error(request: HttpRequest, status: int, detail: Any, code: str, **extra: Any) -> HttpResponse:
-    return api.create_response(request, {**extra, "detail": detail, "code": code}, status=status)
+def _error(
+    request: HttpRequest, status: int, detail: Any, code: str, extra: dict[str, Any] | None = None
+) -> HttpResponse:
+    body = {**(extra or {}), "detail": detail, "code": code}
+    return api.create_response(request, body, status=status)
 
 
 @api.exception_handler(ApplicationError)
 def _application_error(request: HttpRequest, exc: ApplicationError) -> HttpResponse:
-    return _error(request, exc.status, exc.message, exc.code, **exc.extra)
+    return _error(request, exc.status, exc.message, exc.code, exc.extra)
 
 
 @api.exception_handler(KeyError)
@@ -96,7 +101,7 @@ def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
 
 @api.exception_handler(RequestBodyTooLarge)
 def _too_large(request: HttpRequest, exc: RequestBodyTooLarge) -> HttpResponse:
-    return _error(request, 413, str(exc), "payload_too_large", limit_bytes=exc.limit)
+    return _error(request, 413, str(exc), "payload_too_large", {"limit_bytes": exc.limit})
 
 
 _HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found"}
@@ -122,6 +127,13 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
 @api.exception_handler(Http404)
 def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     return _error(request, 404, "not found", "not_found")
+
+
+@api.exception_handler(IntegrityError)
+def _integrity_error(request: HttpRequest, exc: IntegrityError) -> HttpResponse:
+    # A unique constraint (say, another row's idempotency_key) refused the write.
+    logger.info("API %s %s hit a constraint: %s", request.method, request.path, exc)
+    return _error(request, 409, "the change conflicts with an existing row", "conflict")
 
 
 @api.exception_handler(PermissionDenied)

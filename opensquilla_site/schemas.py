@@ -88,7 +88,11 @@ class TokenOut(Schema):
 
     @staticmethod
     def resolve_username(obj: Any) -> str:
-        return str(obj.user.get_username())
+        # An ApiToken row, or an already-rendered dict (the idempotent replay of a creation).
+        if isinstance(obj, dict):
+            return str(obj["username"])
+        user = getattr(obj, "user", None)
+        return str(user.get_username()) if user is not None else str(obj.username)
 
 
 class TokenCreatedOut(TokenOut):
