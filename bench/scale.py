@@ -1,0 +1,274 @@
+"""The ledger at scale on PostgreSQL: 10k, 100k, 1M receipts.
+
+At each size: the exact coverage lookup (p50, target < 2 ms), and the console's receipts page,
+a status tab and filtered views, first page, server time (Django's test ``Client`` in this
+process with a logged-in admin; target < 150 ms). At the largest size, a requeue plan over
+100,000 failed receipts: dry run (target < 2 s) and execution through two real Celery
+workers on Redis (target < 60 s).
+
+    .venv/bin/python bench/scale.py [--quick] [--max-rows 1000000] [--requeue-rows 100000]
+
+Seeding uses COPY (realistic mix: 8 agents, 20,000 sessions, ~5% failures); it is set-up
+and not timed against any target, but its rate is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import djbench  # noqa: E402
+import workload as wl  # noqa: E402
+
+PG_DB = "opensquilla_bench_scale"
+SESSIONS = 20_000
+REQUEUE_AGENT = "requeuebench"
+REQUEUE_STATUSES = ("checkpoint_failed", "repair_failed", "repair_abandoned")
+PAGES = {
+    "receipts_page": "/receipts/",
+    "status_tab_checkpoint_failed": "/receipts/?status=checkpoint_failed",
+    "status_tab_repair_pending": "/receipts/?status=repair_pending",
+    "filtered_agent_scope": "/receipts/?agent=support&scope=flush",
+    "filtered_agent_status": "/receipts/?agent=ops&status=repair_failed",
+}
+TARGETS = {"coverage_p50_ms": 2.0, "page_p50_ms": 150.0, "dry_run_s": 2.0, "execute_s": 60.0}
+
+
+def stage_sizes(max_rows: int) -> list[int]:
+    sizes = [s for s in (10_000, 100_000, 1_000_000) if s < max_rows]
+    return [*sizes, max_rows]
+
+
+def coverage(lookups: int, rows: int) -> dict:
+    from receipts_app import ledger
+
+    probes = []
+    import random
+
+    rng = random.Random(rows)
+    while len(probes) < lookups:
+        row = wl.receipt_row("scale", rng.randrange(rows), sessions=SESSIONS)
+        if row["status"] == "checkpoint_saved":
+            probes.append(wl.coverage_probe(row))
+    t = wl.Timer()
+    with t:
+        for probe in probes:
+            s = time.perf_counter()
+            found = ledger.list_memory_durable_receipts(**probe)
+            t.samples.append(time.perf_counter() - s)
+            assert len(found) == 1
+    return t.summary()
+
+
+def pages(client, repeats: int) -> dict:
+    """First-page server time of each console URL; falls back to the selectors on a 404."""
+    from receipts_app.selectors import ReceiptFilter, page_receipts, status_counts
+
+    out = {}
+    for name, url in PAGES.items():
+        first = client.get(url)
+        mode = "console view (test Client, in-process)"
+        if first.status_code == 404:
+            mode = "selectors page_receipts + status_counts (URL 404)"
+        elif first.status_code != 200:
+            raise RuntimeError(f"{url} answered {first.status_code}")
+        samples = []
+        for _ in range(repeats):
+            s = time.perf_counter()
+            if first.status_code == 404:
+                query = url.partition("?")[2]
+                params = dict(p.split("=") for p in query.split("&")) if query else {}
+                f = ReceiptFilter.from_params(params)
+                page_receipts(f, limit=50, for_console=True)
+                status_counts(f)
+            else:
+                resp = client.get(url)
+                assert resp.status_code == 200
+            samples.append(time.perf_counter() - s)
+        summary = wl.summarize(samples, wall=sum(samples), count=len(samples))
+        summary.update(url=url, measured=mode, **query_profile(client, url))
+        out[name] = summary
+    return out
+
+
+def query_profile(client, url: str) -> dict:
+    """How many SQL queries one render issues and their summed time (outside the timing)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as ctx:
+        client.get(url)
+    times = sorted((float(q["time"]) for q in ctx.captured_queries), reverse=True)
+    return {
+        "queries": len(times),
+        "sql_ms": round(sum(times) * 1000, 1),
+        "slowest_sql_ms": [round(t * 1000, 1) for t in times[:3]],
+    }
+
+
+def seed_requeue_cohort(count: int) -> float:
+    """``count`` failed receipts of one agent, on live sessions (so checkpoints requeue)."""
+    from sessions_app.models import Session
+
+    n_sessions = max(1, count // 50)
+    s = time.perf_counter()
+
+    def rows():
+        for i in range(count):
+            row = wl.receipt_row(
+                "requeue", i, status=REQUEUE_STATUSES[i % 10 % 3 if i % 10 < 9 else 0]
+            )
+            sess = i % n_sessions
+            key, sid = f"agent:{REQUEUE_AGENT}:chat-{sess:06d}", wl._uuid_for("rq-sid", sess)
+            row.update(
+                session_key=key,
+                session_id=sid,
+                idempotency_key=f"{row['scope']}:{key}:{sid}:requeue:{i}",
+                next_retry_at_ms=None,
+                created_at=wl.BASE_MS + 50_000_000 + i,
+                updated_at=wl.BASE_MS + 50_000_000 + i,
+            )
+            yield row
+
+    djbench.bulk_seed(rows())
+    Session.objects.bulk_create(
+        [
+            Session(
+                session_key=f"agent:{REQUEUE_AGENT}:chat-{k:06d}",
+                session_id=wl._uuid_for("rq-sid", k),
+                agent_id=REQUEUE_AGENT,
+            )
+            for k in range(n_sessions)
+        ],
+        batch_size=5_000,
+    )
+    return time.perf_counter() - s
+
+
+def requeue(url: str, count: int, timeout_s: float) -> dict:
+    from receipts_app.audit import Actor
+    from receipts_app.models import RequeuePlan
+    from receipts_app.requeue import create_requeue_plan, execute_requeue_plan
+
+    seed_s = seed_requeue_cohort(count)
+    actor = Actor("bench", "cli")
+    filters = {"agent": REQUEUE_AGENT, "status": list(REQUEUE_STATUSES)}
+    s = time.perf_counter()
+    plan = create_requeue_plan(filters=filters, receipt_ids=None, actor=actor, reason="bench")
+    dry_run_s = time.perf_counter() - s
+    out: dict = {
+        "rows": count,
+        "cohort_seed_s": round(seed_s, 2),
+        "dry_run_s": round(dry_run_s, 3),
+        "dry_run_total": plan.total,
+        "dry_run_counts": plan.dry_run_counts,
+    }
+    djbench.emit(
+        f"  requeue dry run over {plan.total} receipts: {dry_run_s:.2f} s {plan.dry_run_counts}"
+    )
+    djbench.flush_redis()
+    with djbench.running() as procs:
+        djbench.start_workers(procs, url, 2, tag="scale")
+        djbench.wait_workers_ready(2)
+        s = time.perf_counter()
+        execute_requeue_plan(plan_id=plan.plan_id, actor=actor)
+        state = "queued"
+        processed = 0
+        while time.perf_counter() - s < timeout_s:
+            time.sleep(0.5)
+            row = RequeuePlan.objects.values("state", "processed").get(plan_id=plan.plan_id)
+            state, processed = row["state"], row["processed"]
+            if state in ("done", "failed"):
+                break
+        elapsed = time.perf_counter() - s
+        final = RequeuePlan.objects.get(plan_id=plan.plan_id)
+        backlog = djbench.redis_queue_length()
+    djbench.flush_redis()
+    out.update(
+        execute_s=round(elapsed, 2),
+        execute_state=state,
+        execute_processed=processed,
+        execute_rows_per_s=round(processed / elapsed, 1) if elapsed else None,
+        execute_result_counts=final.result_counts,
+        follow_up_tasks_left_in_queue=backlog,
+        execute_finished=state == "done",
+        execute_timeout_s=timeout_s,
+    )
+    djbench.emit(
+        f"  requeue execution: state={state} processed={processed} in {elapsed:.1f} s "
+        f"({out['execute_rows_per_s']}/s); {backlog} follow-up tasks still queued"
+    )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="10k and 30k rows, small plan")
+    parser.add_argument("--max-rows", type=int, default=1_000_000)
+    parser.add_argument("--requeue-rows", type=int, default=100_000)
+    parser.add_argument("--requeue-timeout", type=float, default=240.0)
+    parser.add_argument("--lookups", type=int, default=1_000)
+    parser.add_argument("--page-repeats", type=int, default=7)
+    args = parser.parse_args()
+    if args.quick:
+        args.max_rows, args.requeue_rows, args.lookups, args.page_repeats = 30_000, 3_000, 200, 3
+        args.requeue_timeout = min(args.requeue_timeout, 120.0)
+
+    url = djbench.fresh_database("postgres", PG_DB)
+    djbench.setup_django(url)
+    from django.test import Client
+
+    client = Client()
+    client.force_login(djbench.make_admin())
+    stages = []
+    seeded = 0
+    for size in stage_sizes(args.max_rows):
+        s = time.perf_counter()
+        djbench.bulk_seed(
+            wl.receipt_row("scale", i, sessions=SESSIONS) for i in range(seeded, size)
+        )
+        seed_s = time.perf_counter() - s
+        djbench.emit(
+            f"seeded {size - seeded} rows to {size} in {seed_s:.1f} s ({(size - seeded) / seed_s:.0f} rows/s)"
+        )
+        seeded = size
+        cov = coverage(args.lookups, size)
+        pg = pages(client, args.page_repeats)
+        stage = {"rows": size, "seed_s": round(seed_s, 2), "coverage_lookup": cov, "pages": pg}
+        stages.append(stage)
+        djbench.emit(f"  {size:>9,} rows  coverage p50 {cov['p50_ms']} ms  p99 {cov['p99_ms']} ms")
+        for name, fig in pg.items():
+            djbench.emit(
+                f"  {size:>9,} rows  {name:30s} p50 {fig['p50_ms']:8.1f} ms  p99 {fig['p99_ms']:8.1f} ms"
+            )
+
+    plan = requeue(url, args.requeue_rows, args.requeue_timeout)
+    result = {
+        "database_url": url,
+        "versions": djbench.versions(),
+        "machine": wl.machine_info(),
+        "quick": args.quick,
+        "targets": TARGETS,
+        "stages": stages,
+        "requeue": plan,
+    }
+    print("\ngrowth (p50):")
+    print(f"{'figure':32s} " + " ".join(f"{st['rows']:>12,}" for st in stages))
+    print(
+        f"{'coverage lookup ms':32s} "
+        + " ".join(f"{st['coverage_lookup']['p50_ms']:>12.3f}" for st in stages)
+    )
+    for name in PAGES:
+        print(
+            f"{name + ' ms':32s} "
+            + " ".join(f"{st['pages'][name]['p50_ms']:>12.1f}" for st in stages)
+        )
+    path = wl.write_result("scale", result)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
