@@ -205,15 +205,10 @@ def receipts_over_time(range_name: str = "24h", *, now: int | None = None) -> Ti
         .values("bucket")
         .annotate(total=Count("id"), failed=Count("id", filter=Q(status__in=FAILURE_STATUSES)))
     )
-    by_index = {int(r["bucket"]): r for r in rows}
-    buckets = [
-        Bucket(
-            start=start + i * width,
-            total=int(by_index.get(i, {}).get("total", 0)),
-            failed=int(by_index.get(i, {}).get("failed", 0)),
-        )
-        for i in range(count)
-    ]
+    by_index: dict[int, tuple[int, int]] = {
+        int(r["bucket"]): (int(r["total"]), int(r["failed"])) for r in rows
+    }
+    buckets = [Bucket(start + i * width, *by_index.get(i, (0, 0))) for i in range(count)]
     return Timeline(range_name, buckets, max((b.total for b in buckets), default=0))
 
 

@@ -7,11 +7,13 @@ urlpatterns = [
     path("", overview.overview, name="overview"),
     path("receipts/", receipts.receipt_list, name="list"),
     path("receipts/new-count/", receipts.receipt_new_count, name="new_count"),
-    path("receipts/<str:receipt_id>/", receipts.receipt_detail, name="detail"),
-    path("receipts/<str:receipt_id>/requeue/", receipts.receipt_requeue, name="requeue"),
+    # Receipt ids are free text (imports, the API): the path converter accepts any of them.
+    # The action routes come first so an id never swallows their suffix.
+    path("receipts/<path:receipt_id>/requeue/", receipts.receipt_requeue, name="requeue"),
     path(
-        "receipts/<str:receipt_id>/acknowledge/", receipts.receipt_acknowledge, name="acknowledge"
+        "receipts/<path:receipt_id>/acknowledge/", receipts.receipt_acknowledge, name="acknowledge"
     ),
+    path("receipts/<path:receipt_id>/", receipts.receipt_detail, name="detail"),
     path("plans/", plans.plan_list, name="plans"),
     path("plans/new/", plans.plan_create, name="plan_create"),
     path("plans/<str:plan_id>/", plans.plan_detail, name="plan_detail"),

@@ -11,10 +11,16 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from django_htmx.http import HttpResponseClientRedirect
+from django_htmx.middleware import HtmxDetails
 
 from opensquilla_site.exceptions import ValidationFailed
 
 from .selectors import get_session_or_404, page_sessions, page_transcript
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
 
 VIEW_PERM = "sessions_app.view_session"
 TRANSCRIPT_PERM = "sessions_app.view_transcriptentry"
@@ -22,7 +28,7 @@ TRANSCRIPT_PERM = "sessions_app.view_transcriptentry"
 COLLAPSE_CHARS = 600
 
 
-def _refuse(request: HttpRequest, perm: str) -> HttpResponse | None:
+def _refuse(request: HtmxHttpRequest, perm: str) -> HttpResponse | None:
     if not request.user.is_authenticated:
         if request.htmx:
             return HttpResponseClientRedirect(f"/accounts/login/?next={request.path}")
@@ -32,7 +38,7 @@ def _refuse(request: HttpRequest, perm: str) -> HttpResponse | None:
     return None
 
 
-def _message(request: HttpRequest, message: str, status: int, title: str) -> HttpResponse:
+def _message(request: HtmxHttpRequest, message: str, status: int, title: str) -> HttpResponse:
     context = {"title": title, "message": message, "fields": {}}
     if request.htmx:
         response = render(request, "console/_message.html", context, status=status)
@@ -42,13 +48,13 @@ def _message(request: HttpRequest, message: str, status: int, title: str) -> Htt
     return render(request, "console/error.html", context, status=status)
 
 
-def _bounded(request: HttpRequest, name: str, limit: int = 200) -> str | None:
+def _bounded(request: HtmxHttpRequest, name: str, limit: int = 200) -> str | None:
     value = (request.GET.get(name) or "").strip()
     return value[:limit] or None
 
 
 @require_GET
-def session_list(request: HttpRequest) -> HttpResponse:
+def session_list(request: HtmxHttpRequest) -> HttpResponse:
     refused = _refuse(request, VIEW_PERM)
     if refused:
         return refused
@@ -70,7 +76,7 @@ def session_list(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
-def session_detail(request: HttpRequest, session_key: str) -> HttpResponse:
+def session_detail(request: HtmxHttpRequest, session_key: str) -> HttpResponse:
     refused = _refuse(request, VIEW_PERM) or _refuse(request, TRANSCRIPT_PERM)
     if refused:
         return refused

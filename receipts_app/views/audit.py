@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
@@ -10,12 +10,12 @@ from opensquilla_site.exceptions import ValidationFailed
 
 from .. import console_selectors as cs
 from ..models import ReceiptEvent
-from .helpers import VIEW_EVENTS_PERM, console_view, int_param
+from .helpers import VIEW_EVENTS_PERM, HtmxHttpRequest, console_view, int_param
 
 
 @require_GET
 @console_view(VIEW_EVENTS_PERM)
-def audit_log(request: HttpRequest) -> HttpResponse:
+def audit_log(request: HtmxHttpRequest) -> HttpResponse:
     context: dict = {
         "surfaces": ReceiptEvent.SURFACES,
         "filters": {},

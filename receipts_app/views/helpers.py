@@ -15,6 +15,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django_htmx.http import HttpResponseClientRedirect
+from django_htmx.middleware import HtmxDetails
 
 from opensquilla_site.exceptions import ApplicationError
 
@@ -31,16 +32,22 @@ CHANGED_EVENT = "receipts-changed"
 View = Callable[..., HttpResponse]
 
 
+class HtmxHttpRequest(HttpRequest):
+    """The request type of every console view (django-htmx's middleware sets ``htmx``)."""
+
+    htmx: HtmxDetails
+
+
 def can_operate(user: Any) -> bool:
     return bool(user.is_authenticated and user.has_perm(OPERATE_PERM))
 
 
-def console_actor(request: HttpRequest) -> Actor:
+def console_actor(request: HtmxHttpRequest) -> Actor:
     return Actor(name=request.user.get_username(), surface="console")
 
 
 def render_error(
-    request: HttpRequest,
+    request: HtmxHttpRequest,
     message: str,
     *,
     status: int,
@@ -57,13 +64,13 @@ def render_error(
     return render(request, "console/error.html", context, status=status)
 
 
-def render_application_error(request: HttpRequest, exc: ApplicationError) -> HttpResponse:
+def render_application_error(request: HtmxHttpRequest, exc: ApplicationError) -> HttpResponse:
     fields = exc.extra.get("fields") if isinstance(exc.extra, dict) else None
     status = 400 if exc.status == 422 else exc.status
     return render_error(request, exc.message, status=status, fields=fields)
 
 
-def _login_response(request: HttpRequest) -> HttpResponse:
+def _login_response(request: HtmxHttpRequest) -> HttpResponse:
     if getattr(request, "htmx", False):
         # A partial cannot show a login form: send the whole tab to the login page.
         return HttpResponseClientRedirect(
@@ -80,7 +87,7 @@ def console_view(*perms: str) -> Callable[[View], View]:
 
     def decorator(view: View) -> View:
         @wraps(view)
-        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapper(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             if not request.user.is_authenticated:
                 return _login_response(request)
             missing = [p for p in perms if not request.user.has_perm(p)]
@@ -101,7 +108,7 @@ def console_view(*perms: str) -> Callable[[View], View]:
     return decorator
 
 
-def int_param(request: HttpRequest, name: str, default: int, *, lo: int, hi: int) -> int:
+def int_param(request: HtmxHttpRequest, name: str, default: int, *, lo: int, hi: int) -> int:
     """A bounded integer query parameter; nonsense falls back to the default."""
     try:
         value = int(request.GET.get(name, default))

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from .. import console_selectors as cs
 from ..health import health_by_agent
 from ..selectors import FAILURE_STATUSES, KNOWN_STATUSES, ReceiptFilter, status_counts
-from .helpers import VIEW_PERM, can_operate, console_view
+from .helpers import VIEW_PERM, HtmxHttpRequest, can_operate, console_view
 
 
 @require_GET
 @console_view(VIEW_PERM)
-def overview(request: HttpRequest) -> HttpResponse:
+def overview(request: HtmxHttpRequest) -> HttpResponse:
     range_name = request.GET.get("range", "24h")
     timeline = cs.receipts_over_time(range_name)
     counts = status_counts(ReceiptFilter())

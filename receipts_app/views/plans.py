@@ -3,7 +3,7 @@ and watch the execution's progress."""
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -17,6 +17,7 @@ from .helpers import (
     CHANGED_EVENT,
     OPERATE_PERM,
     VIEW_PLANS_PERM,
+    HtmxHttpRequest,
     can_operate,
     console_actor,
     console_view,
@@ -29,7 +30,7 @@ RUNNING_STATES = ("queued", "running")
 
 @require_POST
 @console_view(VIEW_PLANS_PERM, OPERATE_PERM)
-def plan_create(request: HttpRequest) -> HttpResponse:
+def plan_create(request: HtmxHttpRequest) -> HttpResponse:
     """Freeze either the checked rows or, with ``all_matching``, the whole filter.
 
     The filter arrives as the same query parameters the list uses, so the plan selects
@@ -56,7 +57,7 @@ def plan_create(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @console_view(VIEW_PLANS_PERM)
-def plan_list(request: HttpRequest) -> HttpResponse:
+def plan_list(request: HtmxHttpRequest) -> HttpResponse:
     rows, marker = cs.page_plans(
         before=request.GET.get("before") or None,
         limit=int_param(request, "limit", 50, lo=10, hi=200),
@@ -64,7 +65,7 @@ def plan_list(request: HttpRequest) -> HttpResponse:
     return render(request, "console/plans.html", {"plans": rows, "next_marker": marker})
 
 
-def _plan_or_404(request: HttpRequest, plan_id: str) -> RequeuePlan | HttpResponse:
+def _plan_or_404(request: HtmxHttpRequest, plan_id: str) -> RequeuePlan | HttpResponse:
     try:
         return get_requeue_plan(plan_id)
     except KeyError:
@@ -73,7 +74,7 @@ def _plan_or_404(request: HttpRequest, plan_id: str) -> RequeuePlan | HttpRespon
         )
 
 
-def _plan_context(request: HttpRequest, plan: RequeuePlan) -> dict:
+def _plan_context(request: HtmxHttpRequest, plan: RequeuePlan) -> dict:
     samples = plan.dry_run_samples or {}
     return {
         "plan": plan,
@@ -91,7 +92,7 @@ def _plan_context(request: HttpRequest, plan: RequeuePlan) -> dict:
 
 @require_GET
 @console_view(VIEW_PLANS_PERM)
-def plan_detail(request: HttpRequest, plan_id: str) -> HttpResponse:
+def plan_detail(request: HtmxHttpRequest, plan_id: str) -> HttpResponse:
     plan = _plan_or_404(request, plan_id)
     if isinstance(plan, HttpResponse):
         return plan
@@ -100,7 +101,7 @@ def plan_detail(request: HttpRequest, plan_id: str) -> HttpResponse:
 
 @require_GET
 @console_view(VIEW_PLANS_PERM)
-def plan_progress(request: HttpRequest, plan_id: str) -> HttpResponse:
+def plan_progress(request: HtmxHttpRequest, plan_id: str) -> HttpResponse:
     """The progress fragment; it keeps polling itself while the plan is queued or running."""
     plan = _plan_or_404(request, plan_id)
     if isinstance(plan, HttpResponse):
@@ -113,7 +114,7 @@ def plan_progress(request: HttpRequest, plan_id: str) -> HttpResponse:
 
 @require_POST
 @console_view(VIEW_PLANS_PERM, OPERATE_PERM)
-def plan_execute(request: HttpRequest, plan_id: str) -> HttpResponse:
+def plan_execute(request: HtmxHttpRequest, plan_id: str) -> HttpResponse:
     found = _plan_or_404(request, plan_id)
     if isinstance(found, HttpResponse):
         return found

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from django.contrib import messages
 from django.db.models import Q
-from django.http import HttpRequest, HttpResponse, QueryDict
+from django.http import HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -39,6 +39,7 @@ from .helpers import (
     CHANGED_EVENT,
     OPERATE_PERM,
     VIEW_PERM,
+    HtmxHttpRequest,
     can_operate,
     console_actor,
     int_param,
@@ -73,7 +74,7 @@ def _dates_as_ms(params: QueryDict) -> QueryDict:
     return params
 
 
-def _parse_filter(request: HttpRequest) -> tuple[ReceiptFilter | None, ValidationFailed | None]:
+def _parse_filter(request: HtmxHttpRequest) -> tuple[ReceiptFilter | None, ValidationFailed | None]:
     try:
         return ReceiptFilter.from_params(_dates_as_ms(request.GET)), None
     except ValidationFailed as exc:
@@ -91,7 +92,7 @@ def _pairs(params: dict) -> list[tuple[str, str]]:
 
 @require_GET
 @_console_view(VIEW_PERM)
-def receipt_list(request: HttpRequest) -> HttpResponse:
+def receipt_list(request: HtmxHttpRequest) -> HttpResponse:
     receipt_filter, error = _parse_filter(request)
     limit = int_param(request, "limit", 50, lo=10, hi=200)
     context: dict = {
@@ -137,7 +138,7 @@ def receipt_list(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @_console_view(VIEW_PERM)
-def receipt_new_count(request: HttpRequest) -> HttpResponse:
+def receipt_new_count(request: HtmxHttpRequest) -> HttpResponse:
     """How many rows matching the filter arrived above the first row shown (capped).
 
     The table is never reshuffled under the operator; the banner offers to reload instead.
@@ -167,7 +168,7 @@ def receipt_new_count(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _detail_context(request: HttpRequest, receipt: MemoryDurableReceipt) -> dict:
+def _detail_context(request: HtmxHttpRequest, receipt: MemoryDurableReceipt) -> dict:
     return {
         "receipt": receipt,
         "events": cs.receipt_timeline(receipt.receipt_id),
@@ -179,7 +180,9 @@ def _detail_context(request: HttpRequest, receipt: MemoryDurableReceipt) -> dict
     }
 
 
-def _receipt_or_404(request: HttpRequest, receipt_id: str) -> MemoryDurableReceipt | HttpResponse:
+def _receipt_or_404(
+    request: HtmxHttpRequest, receipt_id: str
+) -> MemoryDurableReceipt | HttpResponse:
     try:
         return get_receipt(receipt_id)
     except KeyError:
@@ -193,7 +196,7 @@ def _receipt_or_404(request: HttpRequest, receipt_id: str) -> MemoryDurableRecei
 
 @require_GET
 @_console_view(VIEW_PERM)
-def receipt_detail(request: HttpRequest, receipt_id: str) -> HttpResponse:
+def receipt_detail(request: HtmxHttpRequest, receipt_id: str) -> HttpResponse:
     receipt = _receipt_or_404(request, receipt_id)
     if isinstance(receipt, HttpResponse):
         return receipt
@@ -203,7 +206,7 @@ def receipt_detail(request: HttpRequest, receipt_id: str) -> HttpResponse:
     return render(request, template, _detail_context(request, receipt))
 
 
-def _expected(request: HttpRequest) -> tuple[str | None, int | None]:
+def _expected(request: HtmxHttpRequest) -> tuple[str | None, int | None]:
     """The status and stamp the operator saw: the compare-and-set guard of every action."""
     status = request.POST.get("expected_status") or None
     stamp = request.POST.get("expected_updated_at") or None
@@ -216,7 +219,7 @@ def _expected(request: HttpRequest) -> tuple[str | None, int | None]:
 
 
 def _after_action(
-    request: HttpRequest, receipt_id: str, message: str, ok: bool, *, status: int = 200
+    request: HtmxHttpRequest, receipt_id: str, message: str, ok: bool, *, status: int = 200
 ) -> HttpResponse:
     """Re-render what the action came from (a table row or the detail), or redirect."""
     if not request.htmx:
@@ -240,7 +243,7 @@ def _after_action(
 
 @require_POST
 @_console_view(VIEW_PERM, OPERATE_PERM)
-def receipt_requeue(request: HttpRequest, receipt_id: str) -> HttpResponse:
+def receipt_requeue(request: HtmxHttpRequest, receipt_id: str) -> HttpResponse:
     found = _receipt_or_404(request, receipt_id)
     if isinstance(found, HttpResponse):
         return found
@@ -258,7 +261,7 @@ def receipt_requeue(request: HttpRequest, receipt_id: str) -> HttpResponse:
 
 @require_POST
 @_console_view(VIEW_PERM, OPERATE_PERM)
-def receipt_acknowledge(request: HttpRequest, receipt_id: str) -> HttpResponse:
+def receipt_acknowledge(request: HtmxHttpRequest, receipt_id: str) -> HttpResponse:
     found = _receipt_or_404(request, receipt_id)
     if isinstance(found, HttpResponse):
         return found

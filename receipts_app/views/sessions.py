@@ -7,7 +7,7 @@ session page loads this panel by URL name.
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -24,6 +24,7 @@ from .helpers import (
     OPERATE_PERM,
     VIEW_PERM,
     VIEW_SESSIONS_PERM,
+    HtmxHttpRequest,
     can_operate,
     console_actor,
     console_view,
@@ -31,7 +32,7 @@ from .helpers import (
 )
 
 
-def _session(request: HttpRequest, key: str) -> Session | HttpResponse:
+def _session(request: HtmxHttpRequest, key: str) -> Session | HttpResponse:
     try:
         return get_session_or_404(key[:4000])
     except KeyError:
@@ -40,7 +41,7 @@ def _session(request: HttpRequest, key: str) -> Session | HttpResponse:
         )
 
 
-def _panel(request: HttpRequest, session: Session, **extra: object) -> HttpResponse:
+def _panel(request: HtmxHttpRequest, session: Session, **extra: object) -> HttpResponse:
     covered_by, entry_count = current_checkpoint_coverage(session)
     context = {
         "session": session,
@@ -56,14 +57,14 @@ def _panel(request: HttpRequest, session: Session, **extra: object) -> HttpRespo
 
 @require_GET
 @console_view(VIEW_PERM, VIEW_SESSIONS_PERM)
-def session_memory(request: HttpRequest) -> HttpResponse:
+def session_memory(request: HtmxHttpRequest) -> HttpResponse:
     session = _session(request, request.GET.get("key", ""))
     if isinstance(session, HttpResponse):
         return session
     return _panel(request, session)
 
 
-def _trigger(request: HttpRequest, kind: str) -> HttpResponse:
+def _trigger(request: HtmxHttpRequest, kind: str) -> HttpResponse:
     session = _session(request, request.POST.get("key", ""))
     if isinstance(session, HttpResponse):
         return session
@@ -83,11 +84,11 @@ def _trigger(request: HttpRequest, kind: str) -> HttpResponse:
 
 @require_POST
 @console_view(VIEW_PERM, OPERATE_PERM)
-def session_checkpoint_now(request: HttpRequest) -> HttpResponse:
+def session_checkpoint_now(request: HtmxHttpRequest) -> HttpResponse:
     return _trigger(request, "checkpoint")
 
 
 @require_POST
 @console_view(VIEW_PERM, OPERATE_PERM)
-def session_flush_now(request: HttpRequest) -> HttpResponse:
+def session_flush_now(request: HtmxHttpRequest) -> HttpResponse:
     return _trigger(request, "flush")

@@ -46,7 +46,7 @@ def test_overview_fragment_is_the_body_only(viewer_client):
     response = viewer_client.get(reverse("receipts:overview"), **hx("overview-body"))
     body = response.content.decode()
     assert response.status_code == 200
-    assert body.lstrip().startswith("<div id=\"overview-body\"")
+    assert body.lstrip().startswith('<div id="overview-body"')
     assert "<html" not in body
 
 
@@ -78,7 +78,9 @@ def test_receipt_list_filters_by_every_field_in_the_url(viewer_client):
 
 def test_receipt_list_accepts_dates_for_time_ranges(viewer_client):
     row = _failed()
-    body = viewer_client.get(reverse("receipts:list") + "?created_from=2000-01-01&created_to=2999-01-01T00:00").content.decode()
+    body = viewer_client.get(
+        reverse("receipts:list") + "?created_from=2000-01-01&created_to=2999-01-01T00:00"
+    ).content.decode()
     assert row.receipt_id in body
     body = viewer_client.get(reverse("receipts:list") + "?created_to=2000-01-01").content.decode()
     assert row.receipt_id not in body
@@ -98,7 +100,7 @@ def test_receipt_list_status_tabs_show_capped_counts(viewer_client, monkeypatch)
 
     monkeypatch.setattr(tags.capped, "__defaults__", (2,))
     body = viewer_client.get(reverse("receipts:list")).content.decode()
-    assert "checkpoint_failed <span class=\"count\">2+</span>" in body
+    assert 'checkpoint_failed <span class="count">2+</span>' in body
 
 
 def test_new_count_banner_counts_rows_above_the_first_row(viewer_client):
@@ -106,11 +108,15 @@ def test_new_count_banner_counts_rows_above_the_first_row(viewer_client):
     response = viewer_client.get(reverse("receipts:list"))
     marker = response.context["newest_marker"]
     assert marker
-    body = viewer_client.get(reverse("receipts:new_count") + f"?since={marker}", **hx("new-banner")).content.decode()
+    body = viewer_client.get(
+        reverse("receipts:new_count") + f"?since={marker}", **hx("new-banner")
+    ).content.decode()
     assert "new receipt" not in body
     _failed()
     _failed()
-    body = viewer_client.get(reverse("receipts:new_count") + f"?since={marker}", **hx("new-banner")).content.decode()
+    body = viewer_client.get(
+        reverse("receipts:new_count") + f"?since={marker}", **hx("new-banner")
+    ).content.decode()
     assert "2 new receipts" in body
     # The table itself was not reshuffled: the rows are only offered.
     assert first.receipt_id not in body
@@ -138,7 +144,13 @@ def test_receipt_detail_full_and_fragment(viewer_client, workspace):
     target = workspace / "memory/.checkpoints/x"
     target.mkdir(parents=True)
     (target / "t1.jsonl").write_text('{"event": "<b>hello</b>"}\n')
-    record_event(receipt_id=failed.receipt_id, action="requeue", outcome="requeued", reason="try again", actor=Actor("otto", "console"))
+    record_event(
+        receipt_id=failed.receipt_id,
+        action="requeue",
+        outcome="requeued",
+        reason="try again",
+        actor=Actor("otto", "console"),
+    )
 
     body = viewer_client.get(reverse("receipts:detail", args=[failed.receipt_id])).content.decode()
     assert "<html" in body
@@ -147,7 +159,9 @@ def test_receipt_detail_full_and_fragment(viewer_client, workspace):
     assert "try again" in body and "otto" in body  # timeline
     assert reverse("sessions:detail", args=[session.session_key]) in body
 
-    saved_page = viewer_client.get(reverse("receipts:detail", args=[saved.receipt_id])).content.decode()
+    saved_page = viewer_client.get(
+        reverse("receipts:detail", args=[saved.receipt_id])
+    ).content.decode()
     assert "&lt;b&gt;hello&lt;/b&gt;" in saved_page  # the preview is escaped
     assert failed.receipt_id in saved_page  # "resolved by this receipt"
 
@@ -159,7 +173,9 @@ def test_receipt_detail_full_and_fragment(viewer_client, workspace):
 
 def test_plans_pages(operator_client):
     _failed()
-    response = operator_client.post(reverse("receipts:plan_create"), {"status": "checkpoint_failed", "all_matching": "1"})
+    response = operator_client.post(
+        reverse("receipts:plan_create"), {"status": "checkpoint_failed", "all_matching": "1"}
+    )
     assert response.status_code == 302
     detail = operator_client.get(response["Location"]).content.decode()
     assert "Dry run: 1 receipt" in detail and "Confirm and requeue 1 receipt" in detail
@@ -168,14 +184,22 @@ def test_plans_pages(operator_client):
 
 
 def test_audit_log_full_and_fragment_filters_by_user_surface_action(viewer_client):
-    record_event(receipt_id="r-1", action="requeue", outcome="requeued", actor=Actor("otto", "console"))
-    record_event(receipt_id="r-2", action="acknowledge", outcome="acknowledged", actor=Actor("ada", "admin"))
+    record_event(
+        receipt_id="r-1", action="requeue", outcome="requeued", actor=Actor("otto", "console")
+    )
+    record_event(
+        receipt_id="r-2", action="acknowledge", outcome="acknowledged", actor=Actor("ada", "admin")
+    )
     full = viewer_client.get(reverse("receipts:audit")).content.decode()
     assert "otto" in full and "ada" in full and "<html" in full
-    fragment = viewer_client.get(reverse("receipts:audit") + "?surface=admin", **hx("audit-table")).content.decode()
+    fragment = viewer_client.get(
+        reverse("receipts:audit") + "?surface=admin", **hx("audit-table")
+    ).content.decode()
     assert fragment.lstrip().startswith('<div id="audit-table">')
     assert "acknowledge" in fragment and "r-1" not in fragment
-    by_user = viewer_client.get(reverse("receipts:audit") + "?actor=otto&action=requeue").content.decode()
+    by_user = viewer_client.get(
+        reverse("receipts:audit") + "?actor=otto&action=requeue"
+    ).content.decode()
     assert "r-1" in by_user and "r-2" not in by_user
 
 
@@ -184,9 +208,13 @@ def test_sessions_list_search_and_detail(viewer_client):
     make_session("agent:other:webchat:zzz")
     listing = viewer_client.get(reverse("sessions:list") + "?q=findme").content.decode()
     assert "findme" in listing and "zzz" not in listing
-    by_agent = viewer_client.get(reverse("sessions:list") + "?agent=other", **hx("session-table")).content.decode()
+    by_agent = viewer_client.get(
+        reverse("sessions:list") + "?agent=other", **hx("session-table")
+    ).content.decode()
     assert by_agent.lstrip().startswith('<div id="session-table">') and "zzz" in by_agent
-    detail = viewer_client.get(reverse("sessions:detail", args=[session.session_key])).content.decode()
+    detail = viewer_client.get(
+        reverse("sessions:detail", args=[session.session_key])
+    ).content.decode()
     assert "message 0" in detail and "message 2" in detail
     assert reverse("receipts:session_memory") in detail
 
@@ -212,7 +240,9 @@ def test_long_transcript_content_is_collapsed(viewer_client):
 
     session = make_session("agent:main:webchat:long")
     append_message(session.session_key, role="assistant", content="x" * 5000)
-    body = viewer_client.get(reverse("sessions:detail", args=[session.session_key])).content.decode()
+    body = viewer_client.get(
+        reverse("sessions:detail", args=[session.session_key])
+    ).content.decode()
     assert "<details><summary>" in body and "5000 characters" in body
 
 
