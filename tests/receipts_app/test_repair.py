@@ -415,7 +415,7 @@ def test_repair_one_handles_missing_not_due_and_due_rows(workspaces, good_provid
     assert reload(due).status == "repair_done"
 
 
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.django_db(transaction=True)
 def test_two_concurrent_repairs_claim_a_row_once(workspaces, good_provider):
     import threading
 

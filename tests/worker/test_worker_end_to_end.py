@@ -19,7 +19,7 @@ from tests.worker.conftest import service_marks, stub_provider_env, wait_for
 
 pytestmark = [
     *service_marks(),
-    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+    pytest.mark.django_db(transaction=True),
 ]
 
 THIRTY_ONE_MINUTES_MS = 31 * 60 * 1000
