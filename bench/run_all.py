@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import report  # noqa: E402
 import workload as wl  # noqa: E402
 
-BENCHES = ("ledger_ops", "bulk_api", "scale", "workers", "api_load")
+BENCHES = ("ledger_ops", "bulk_api", "scale", "workers", "api_load", "prototype_ledger")
 
 
 def main() -> None:
