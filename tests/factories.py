@@ -7,6 +7,7 @@ from typing import Any
 
 from django.contrib.auth.models import Group, User
 
+from opensquilla_site.roles import ensure_roles
 from receipts_app import ledger
 from receipts_app.models import MemoryDurableReceipt
 from sessions_app import services as session_services
@@ -45,6 +46,8 @@ def make_user(username: str, role: str | None = None, *, password: str = "pw-Sec
     """A user in the ``viewer``, ``operator`` or ``admin`` group (None: no role)."""
     user = User.objects.create_user(username=username, password=password)
     if role:
+        # Transactional tests flush the tables, including the groups the migration made.
+        ensure_roles()
         user.groups.add(Group.objects.get(name=role))
     if role == "admin":
         user.is_staff = True

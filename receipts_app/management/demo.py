@@ -18,6 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 
+from opensquilla_site.roles import ensure_roles
 from opensquilla_site.timeutil import now_ms
 from sessions_app import services as session_services
 from sessions_app.keys import agent_id_for_session_key
@@ -306,6 +307,7 @@ def ensure_demo_users(report: DemoReport) -> None:
             continue
         password = shared or secrets.token_urlsafe(9)
         user = User.objects.create_user(username=role, password=password)
+        ensure_roles()
         user.groups.add(Group.objects.get(name=role))
         if role == "admin":
             user.is_staff = True

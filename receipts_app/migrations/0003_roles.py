@@ -2,14 +2,6 @@
 
 from django.db import migrations
 
-VIEW_MODELS = [
-    ("receipts_app", "memorydurablereceipt"),
-    ("receipts_app", "receiptevent"),
-    ("receipts_app", "requeueplan"),
-    ("sessions_app", "session"),
-    ("sessions_app", "transcriptentry"),
-]
-
 
 def create_roles(apps, schema_editor):
     from django.contrib.auth.management import create_permissions
@@ -20,23 +12,9 @@ def create_roles(apps, schema_editor):
         create_permissions(app_config, apps=apps, verbosity=0)
         app_config.models_module = None
 
-    Group = apps.get_model("auth", "Group")
-    Permission = apps.get_model("auth", "Permission")
+    from opensquilla_site.roles import sync_roles
 
-    def perms(codenames):
-        return list(Permission.objects.filter(codename__in=codenames))
-
-    view = [f"view_{model}" for _app, model in VIEW_MODELS]
-    viewer, _ = Group.objects.get_or_create(name="viewer")
-    viewer.permissions.set(perms(view))
-    operator, _ = Group.objects.get_or_create(name="operator")
-    operator.permissions.set(perms(view + ["operate_receipts", "add_requeueplan"]))
-    admin, _ = Group.objects.get_or_create(name="admin")
-    admin.permissions.set(
-        Permission.objects.filter(
-            content_type__app_label__in=["receipts_app", "sessions_app", "opensquilla_site"]
-        )
-    )
+    sync_roles(apps.get_model("auth", "Group"), apps.get_model("auth", "Permission"))
 
 
 def drop_roles(apps, schema_editor):

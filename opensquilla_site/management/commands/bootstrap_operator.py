@@ -9,6 +9,8 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.core.management.base import BaseCommand
 
+from opensquilla_site.roles import ensure_roles
+
 
 class Command(BaseCommand):
     help = "Ensure an admin login exists for the console and print it."
@@ -23,6 +25,7 @@ class Command(BaseCommand):
         if user is None:
             password = os.environ.get("OPENSQUILLA_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
             user = User.objects.create_superuser(username=username, password=password, email="")
+            ensure_roles()
             user.groups.add(Group.objects.get(name="admin"))
             password_file.write_text(password + "\n", encoding="utf-8")
             password_file.chmod(0o600)
