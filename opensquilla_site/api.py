@@ -20,7 +20,7 @@ import pydantic
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import IntegrityError
 from django.http import Http404, HttpRequest, HttpResponse
-from ninja import NinjaAPI, Router, Status
+from ninja import NinjaAPI, Path, Router, Status
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
@@ -177,11 +177,11 @@ def create_token(request: HttpRequest, payload: TokenIn) -> Status[Any]:
 
 
 @tokens_router.delete(
-    "/tokens/{int:token_id}",
-    response={200: TokenOut, **errors(*AUTH_ERRORS, 404)},
+    "/tokens/{token_id}",
+    response={200: TokenOut, **errors(*AUTH_ERRORS, 404, 422)},
     operation_id="revoke_api_token",
 )
-def revoke_token(request: HttpRequest, token_id: int) -> ApiToken:
+def revoke_token(request: HttpRequest, token_id: int = Path(..., ge=1, le=2**63 - 1)) -> ApiToken:
     return revoke_api_token(token_id=token_id)
 
 

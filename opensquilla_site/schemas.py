@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
+from django.urls import register_converter
 from ninja import Schema
 from pydantic import AfterValidator, Field
 
@@ -101,3 +102,25 @@ class TokenCreatedOut(TokenOut):
 
 class TokenListOut(Schema):
     items: list[TokenOut]
+
+
+# --- path parameters ------------------------------------------------------------------------
+
+
+class SessionKeyConverter:
+    """A session key in a URL path: slashes allowed, and any other character too.
+
+    Django's ``path`` converter stops at a newline, and an unmatched URL falls through to the
+    site's HTML 404 page; this one matches everything, so the API answers with its JSON 404.
+    """
+
+    regex = r"[\s\S]+"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(SessionKeyConverter, "sessionkey")

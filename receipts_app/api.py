@@ -321,7 +321,7 @@ def get_health(request: HttpRequest, agent_id: str) -> dict[str, Any]:
 
 
 @session_receipts_router.post(
-    "/sessions/{path:key}/checkpoints",
+    "/sessions/{sessionkey:key}/checkpoints",
     response={200: ReceiptOut, 202: TaskOut, **errors(*WRITE_ERRORS, 503)},
     auth=OPERATE,
     operation_id="create_checkpoint",
@@ -384,7 +384,7 @@ def _checkpoint_now(key: str, turn_id: str | None, actor: Actor) -> MemoryDurabl
 
 
 @session_receipts_router.post(
-    "/sessions/{path:key}/flush",
+    "/sessions/{sessionkey:key}/flush",
     response={200: FlushOut, 202: TaskOut, **errors(*WRITE_ERRORS)},
     auth=OPERATE,
     operation_id="flush_session",
@@ -420,7 +420,7 @@ def flush_session(request: HttpRequest, key: str, wait: bool = False) -> Status[
 
 
 @session_receipts_router.get(
-    "/sessions/{path:key}/coverage",
+    "/sessions/{sessionkey:key}/coverage",
     response={200: CoverageOut, **errors(*READ_ERRORS)},
     auth=READ,
     operation_id="get_session_coverage",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from ninja import FilterSchema, ModelSchema, Schema
 from pydantic import AfterValidator, Field, model_validator
@@ -188,6 +188,8 @@ class ReceiptPatchIn(_ReceiptColumns):
 
 
 class ReceiptEventOut(ModelSchema):
+    details: dict[str, Any]
+
     class Meta:
         model = ReceiptEvent
         fields = [
@@ -258,6 +260,13 @@ class RequeuePlanIn(Schema):
 
 
 class RequeuePlanOut(ModelSchema):
+    # JSON columns, typed for the docs (a ModelSchema would call them "any object").
+    filters: dict[str, Any]
+    receipt_ids: list[str]
+    dry_run_counts: dict[str, int] = Field(description="outcome -> rows")
+    dry_run_samples: dict[str, list[dict[str, Any]]] = Field(description="outcome -> sample rows")
+    result_counts: dict[str, int] = Field(description="outcome -> rows, while executing")
+
     class Meta:
         model = RequeuePlan
         fields = [

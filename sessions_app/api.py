@@ -1,7 +1,7 @@
 """Sessions API: create, read, list, reset, delete, append, transcript.
 
 Session keys contain colons and may contain slashes, so every route takes the key as a
-``path`` parameter: ``/sessions/agent:main:webchat:abc/transcript``. A key that itself ends
+``sessionkey`` path parameter (any characters, slashes included): ``/sessions/agent:main:webchat:abc/transcript``. A key that itself ends
 in one of the sub-route names (``/reset``, ``/messages``, …) cannot be addressed this way.
 """
 
@@ -79,9 +79,9 @@ def list_sessions(request: HttpRequest, query: Query[SessionListQuery]) -> dict[
     return {"items": page.rows, "next_cursor": page.next_cursor}
 
 
-# Sub-routes first: ``{path:key}`` would otherwise swallow "…/reset" as part of the key.
+# Sub-routes first: ``{sessionkey:key}`` would otherwise swallow "…/reset" as part of the key.
 @router.post(
-    "/sessions/{path:key}/reset",
+    "/sessions/{sessionkey:key}/reset",
     response={200: SessionOut, **errors(*WRITE_ERRORS)},
     auth=OPERATE,
     operation_id="reset_session",
@@ -94,7 +94,7 @@ def reset_session(request: HttpRequest, key: str) -> Status[Any]:
 
 
 @router.post(
-    "/sessions/{path:key}/messages",
+    "/sessions/{sessionkey:key}/messages",
     response={201: TranscriptEntryOut, **errors(*WRITE_ERRORS)},
     auth=OPERATE,
     operation_id="append_message",
@@ -108,7 +108,7 @@ def append_message(request: HttpRequest, key: str, payload: MessageIn) -> Status
 
 
 @router.get(
-    "/sessions/{path:key}/transcript",
+    "/sessions/{sessionkey:key}/transcript",
     response={200: TranscriptPageOut, **errors(*READ_ERRORS)},
     auth=READ,
     operation_id="list_transcript",
@@ -122,7 +122,7 @@ def list_transcript(
 
 
 @router.get(
-    "/sessions/{path:key}",
+    "/sessions/{sessionkey:key}",
     response={200: SessionOut, **errors(*READ_ERRORS)},
     auth=READ,
     operation_id="get_session",
@@ -132,7 +132,7 @@ def get_session(request: HttpRequest, key: str) -> Session:
 
 
 @router.delete(
-    "/sessions/{path:key}",
+    "/sessions/{sessionkey:key}",
     response={204: None, **errors(*AUTH_ERRORS, 404, 422)},
     auth=ADMIN,
     operation_id="delete_session",

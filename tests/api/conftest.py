@@ -94,3 +94,9 @@ def assert_error(response, status: int, code: str) -> dict[str, Any]:
     assert body["detail"]
     assert "Traceback" not in response.content.decode()
     return body
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    # Each caller fixture creates a user; the production hasher would dominate the suite's time.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
