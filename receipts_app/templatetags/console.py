@@ -36,8 +36,9 @@ def ms_iso(value: Any) -> str:
 
 
 @register.filter
-def capped(value: Any, cap: int = COUNT_CAP) -> str:
+def capped(value: Any, cap: int | None = None) -> str:
     """A count from ``capped_count``: anything past the cap reads "10,000+"."""
+    cap = COUNT_CAP if cap is None else cap
     try:
         number = int(value)
     except (TypeError, ValueError):
