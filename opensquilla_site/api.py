@@ -30,7 +30,6 @@ from sessions_app.api import router as sessions_router
 
 from .auth import ADMIN, principal
 from .exceptions import ApplicationError, is_generation_fence
-from .idempotency import run_idempotent
 from .limits import LimitedJsonParser, RequestBodyTooLarge
 from .models import ApiToken
 from .schemas import (
@@ -165,15 +164,12 @@ def list_api_tokens(request: HttpRequest) -> dict[str, Any]:
     operation_id="create_api_token",
 )
 def create_token(request: HttpRequest, payload: TokenIn) -> Status[Any]:
-    caller = principal(request)
-
-    def act() -> Status[Any]:
-        token, plaintext = create_api_token(
-            user=caller.user, name=payload.name, scope=payload.scope
-        )
-        return Status(201, {**TokenOut.from_orm(token).model_dump(), "token": plaintext})
-
-    return run_idempotent(request, owner=caller.idempotency_owner, action=act)
+    """Create a token for the calling user. Deliberately not replayable with an
+    Idempotency-Key: a stored replay would keep the plaintext secret in the database."""
+    token, plaintext = create_api_token(
+        user=principal(request).user, name=payload.name, scope=payload.scope
+    )
+    return Status(201, {**TokenOut.from_orm(token).model_dump(), "token": plaintext})
 
 
 @tokens_router.delete(

@@ -153,3 +153,12 @@ def operator_digest(caller: ApiCaller) -> str:
     token = authenticate_token(caller.token or "")
     assert token is not None
     return token.digest
+
+
+def test_token_creation_is_never_replayed_so_no_secret_is_stored(admin):
+    headers = {"Idempotency-Key": "tok-1"}
+    first = admin.post("/tokens", {"name": "a", "scope": "read"}, headers=headers).json()
+    second = admin.post("/tokens", {"name": "a", "scope": "read"}, headers=headers).json()
+    assert first["token"] != second["token"]
+    stored = [str(r.response_body) for r in IdempotentRequest.objects.all()]
+    assert not any(first["token"] in body or second["token"] in body for body in stored)
