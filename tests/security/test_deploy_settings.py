@@ -131,18 +131,11 @@ def test_api_tokens_are_hashed_at_rest():
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: POST /api/v1/tokens with an Idempotency-Key stores the whole 201 response, "
-        "plaintext token included, in IdempotentRequest.response_body (opensquilla_site/"
-        "idempotency.py run_idempotent + api.create_token). Fix: do not replay token "
-        "creation (drop run_idempotent there), or store the replay body without `token`."
-    ),
-)
 def test_a_token_created_through_the_api_with_an_idempotency_key_is_not_stored_in_clear(
     client,
 ):
+    """Found by this suite: a stored Idempotency-Key replay kept the plaintext secret
+    (fixed in f80d5ce: token creation is never replayed)."""
     user = make_user("keeper", "admin")
     _token, admin_plaintext = create_api_token(user=user, name="boot", scope="admin")
     response = client.post(
