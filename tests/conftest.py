@@ -22,6 +22,12 @@ SERVICE_MARKERS = ("postgres", "redis", "browser", "worker")
 REQUIRE_SERVICES = os.environ.get("OPENSQUILLA_REQUIRE_SERVICES") == "1"
 
 
+def pytest_collection_modifyitems(config, items):
+    """Run browser tests last: Playwright's sync API keeps an event loop running in the main
+    thread for the rest of the session, which async tests cannot share."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

@@ -15,8 +15,6 @@ from typing import Any
 import pytest
 from django.conf import settings as django_settings
 
-os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -36,6 +34,9 @@ def browser() -> Iterator[Any]:
         pytest.skip(f"Chromium not installed at {CHROMIUM}")
     from playwright.sync_api import sync_playwright
 
+    # Only while the browser runs (these tests are ordered last by tests/conftest.py, since the
+    # sync API leaves an event loop running in this thread until the session ends).
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(
             executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
