@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from receipts_app.checkpoint import checkpoint_coverage_hash, checkpoint_turn_id
-
 from receipts_app.flush import FlushReceipt, Message, SessionFlushService, ToolCall, ToolResult
 from receipts_app.models import MemoryDurableReceipt
 from tests.seed.adapters import SessionManager, SessionStorage
