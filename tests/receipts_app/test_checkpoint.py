@@ -108,9 +108,7 @@ def test_deadline_spent_in_the_write_leaves_no_failure_receipt(workspace, monkey
     assert not MemoryDurableReceipt.objects.exists()
 
 
-def test_receipt_write_that_runs_out_of_budget_is_cancelled_not_completed(
-    workspace, monkeypatch
-):
+def test_receipt_write_that_runs_out_of_budget_is_cancelled_not_completed(workspace, monkeypatch):
     session = make_session("agent:main:webchat:slowdb", messages=1)
     real_upsert = ledger.aupsert_memory_durable_receipt
     calls = []
@@ -158,7 +156,12 @@ def test_cancelled_real_upsert_rolls_back(workspace, monkeypatch):
 
 @pytest.mark.parametrize(
     ("key", "turn"),
-    [("../../etc", "../passwd"), ("a/b/../../..", "x/../../y"), ("k\x00ey", "t\x00urn"), ("/abs", "/")],
+    [
+        ("../../etc", "../passwd"),
+        ("a/b/../../..", "x/../../y"),
+        ("k\x00ey", "t\x00urn"),
+        ("/abs", "/"),
+    ],
 )
 def test_checkpoint_paths_never_leave_the_workspace(tmp_path, key, turn):
     relative = checkpoint_relative_path(key, turn)
@@ -196,8 +199,12 @@ def test_writer_replaces_the_file_atomically_and_skips_identical_bytes(tmp_path)
 
 
 def test_writer_rejects_mixed_batches():
-    events = build_checkpoint_events([{"id": 1, "role": "user", "content": "x"}], session_key="a", session_id="s")
-    other = build_checkpoint_events([{"id": 2, "role": "user", "content": "x"}], session_key="b", session_id="s")
+    events = build_checkpoint_events(
+        [{"id": 1, "role": "user", "content": "x"}], session_key="a", session_id="s"
+    )
+    other = build_checkpoint_events(
+        [{"id": 2, "role": "user", "content": "x"}], session_key="b", session_id="s"
+    )
     with pytest.raises(ValueError, match="share session_key and turn_id"):
         append_checkpoint_events("/tmp", events + other)
     with pytest.raises(ValueError):

@@ -90,7 +90,9 @@ def test_checkpoint_files_are_byte_identical(golden_dir, tmp_path, index):
 
 def test_reference_workspace_checkpoints_hash_like_ours(golden_dir):
     """Every JSONL in the reference workspace re-serialises to the same bytes."""
-    files = sorted((golden_dir / "opensquilla-0.3.0/workspace/memory/.checkpoints").rglob("*.jsonl"))
+    files = sorted(
+        (golden_dir / "opensquilla-0.3.0/workspace/memory/.checkpoints").rglob("*.jsonl")
+    )
     assert files
     for path in files:
         original = path.read_bytes()

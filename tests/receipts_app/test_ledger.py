@@ -130,9 +130,7 @@ class TestUpsertAndUpdate:
     def test_receipt_id_collision_under_another_key_is_an_integrity_error(self):
         ledger.upsert_memory_durable_receipt(_receipt(receipt_id="same", idempotency_key="k1"))
         with pytest.raises(IntegrityError):
-            ledger.upsert_memory_durable_receipt(
-                _receipt(receipt_id="same", idempotency_key="k2")
-            )
+            ledger.upsert_memory_durable_receipt(_receipt(receipt_id="same", idempotency_key="k2"))
 
     def test_upsert_ignores_callers_updated_at_but_update_honours_it(self):
         row = ledger.upsert_memory_durable_receipt(_receipt(updated_at=1))
@@ -181,7 +179,9 @@ class TestReads:
 
     def test_limit_zero_returns_nothing_and_negative_returns_everything(self):
         for n in range(3):
-            ledger.upsert_memory_durable_receipt(_receipt(receipt_id=f"r{n}", idempotency_key=f"k{n}"))
+            ledger.upsert_memory_durable_receipt(
+                _receipt(receipt_id=f"r{n}", idempotency_key=f"k{n}")
+            )
         assert ledger.list_memory_durable_receipts(limit=0) == []
         assert len(ledger.list_memory_durable_receipts(limit=-1)) == 3
         assert len(ledger.list_memory_durable_receipts(limit=2)) == 2
@@ -224,7 +224,9 @@ class TestReads:
             ("opx", "agent:opx:x"),
         ):
             ledger.upsert_memory_durable_receipt(
-                _receipt(receipt_id=rid, idempotency_key=rid, scope="repair", status="repair_pending")
+                _receipt(
+                    receipt_id=rid, idempotency_key=rid, scope="repair", status="repair_pending"
+                )
             )
             # Stored raw so the prefix test sees literal characters, not canonical forms.
             MemoryDurableReceipt.objects.filter(receipt_id=rid).update(session_key=key)
