@@ -62,10 +62,12 @@ def checkpoint_session(
 
 @shared_task(soft_time_limit=300, time_limit=360, **_RETRY)
 def flush_session(session_key: str, turn_id: str | None = None) -> Any:
-    from receipts_app import flush_runtime
+    from receipts_app import audit, flush_runtime
 
     try:
-        return _jsonable(flush_runtime.flush_session(session_key, turn_id=turn_id))
+        # Ledger rows written by the flush are attributed to the worker, like checkpoints.
+        with audit.acting_as(audit.WORKER):
+            return _jsonable(flush_runtime.flush_session(session_key, turn_id=turn_id))
     except (KeyError, ValueError) as exc:
         # Session gone or nothing to flush: retrying cannot help, so report and stop.
         logger.warning("flush of %s skipped: %s", session_key, exc)
