@@ -12,3 +12,6 @@ urlpatterns = [
     path("sessions/", include("sessions_app.urls")),
     path("", include("receipts_app.urls")),
 ]
+
+handler404 = "opensquilla_site.views.not_found"
+handler500 = "opensquilla_site.views.server_error"

@@ -1,10 +1,11 @@
-"""Site-level views: the rate-limited console login."""
+"""Site-level views: the rate-limited console login and the 404/500 handlers."""
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth import views as auth_views
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseServerError, JsonResponse
+from django.shortcuts import render
 from django_ratelimit.core import is_ratelimited
 
 LOCKOUT_MESSAGE = "Too many sign-in attempts. Wait a minute and try again."
@@ -47,3 +48,30 @@ class RateLimitedLoginView(auth_views.LoginView):
             response.status_code = 429
             return response
         return super().post(request, *args, **kwargs)
+
+
+def _wants_json(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """404 for any URL no route matched: JSON under /api/, a console page elsewhere."""
+    if _wants_json(request):
+        return JsonResponse({"detail": "Not found.", "code": "not_found"}, status=404)
+    context = {
+        "title": "Page not found",
+        "message": "There is nothing at this address. It may have been mistyped or removed.",
+        "fields": {},
+    }
+    return render(request, "console/error.html", context, status=404)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """Last-resort 500: never a stack trace; plain HTML so it cannot fail itself."""
+    if _wants_json(request):
+        return JsonResponse({"detail": "internal error", "code": "internal_error"}, status=500)
+    return HttpResponseServerError(
+        "<!doctype html><title>Server error</title><h1>Something went wrong</h1>"
+        "<p>The error was logged. Try again, or go back to the <a href='/'>overview</a>.</p>",
+        content_type="text/html",
+    )
