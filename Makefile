@@ -2,9 +2,11 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# The embedded default configures its workspaces explicitly; settings have no silent default.
-export OPENSQUILLA_CHECKPOINT_WORKSPACE ?= $(CURDIR)/var/workspace
-export OPENSQUILLA_MEMORY_WORKSPACE ?= $(CURDIR)/var/workspace
+# The embedded default configures its workspaces explicitly (settings have no silent default);
+# only the targets that run the product get them, so tests see the unconfigured default.
+RUN_WORKSPACE ?= $(CURDIR)/var/workspace
+demo run: export OPENSQUILLA_CHECKPOINT_WORKSPACE ?= $(RUN_WORKSPACE)
+demo run: export OPENSQUILLA_MEMORY_WORKSPACE ?= $(RUN_WORKSPACE)
 
 .PHONY: install system-deps migrate run demo test lint typecheck pytest bench soak clean
 

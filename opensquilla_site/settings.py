@@ -211,6 +211,9 @@ if _CACHE_URL:
             "LOCATION": _CACHE_URL,
         },
     }
+    # Django's own RedisCache increments atomically (INCR); django-ratelimit only lists the
+    # third-party django-redis backend as supported, hence its warning.
+    SILENCED_SYSTEM_CHECKS = ["django_ratelimit.W001"]
 else:
     CACHES = {
         "default": {
