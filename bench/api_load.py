@@ -11,6 +11,7 @@ request carries a new idempotency key.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -98,7 +99,16 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=20)
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument(
+        "--conn-max-age",
+        type=int,
+        default=None,
+        help="run gunicorn with DATABASE_CONN_MAX_AGE=N (persistent connections); "
+        "the result goes to var/bench/api_load_conn<N>.json",
+    )
     args = parser.parse_args()
+    if args.conn_max_age is not None:
+        os.environ["DATABASE_CONN_MAX_AGE"] = str(args.conn_max_age)
     if args.quick:
         args.duration, args.rows = 4, 10_000
     if shutil.which("wrk") is None:
@@ -149,8 +159,10 @@ def main() -> None:
         "gunicorn_workers": 2,
         "wrk": {"threads": 2, "connections": args.connections, "duration_s": args.duration},
         "results": results,
+        "conn_max_age": int(os.environ.get("DATABASE_CONN_MAX_AGE", "0")),
     }
-    print(f"wrote {wl.write_result('api_load', result)}")
+    name = "api_load" if args.conn_max_age is None else f"api_load_conn{args.conn_max_age}"
+    print(f"wrote {wl.write_result(name, result)}")
 
 
 if __name__ == "__main__":
