@@ -30,7 +30,6 @@ from receipts_app.requeue import create_requeue_plan
 from sessions_app.models import Session, TranscriptEntry
 from sessions_app.services import append_message, create_session
 from tests.api.conftest import ApiCaller, assert_error
-from tests.conftest import is_postgres
 from tests.factories import make_session, make_user
 
 pytestmark = pytest.mark.django_db
@@ -177,22 +176,10 @@ def test_nul_in_a_turn_id_is_a_422_and_writes_nothing(operator_api, workspace):
     assert not any(p.is_file() for p in workspace.rglob("*"))
 
 
-# PostgreSQL text cannot hold NUL: a NUL in a URL path reaches the query and psycopg raises
-# DataError, which nothing translates. SQLite simply finds nothing (404).
-NUL_PG_BUG = pytest.mark.xfail(
-    condition=is_postgres(),
-    strict=True,
-    reason=(
-        "BUG (PostgreSQL only): a NUL in a URL path parameter raises django.db.DataError -> "
-        "500. Fix: API: an exception handler for DataError -> 422 validation_error in "
-        "opensquilla_site/api.py; console: refuse NUL in request.path / GET values with a "
-        "400 message (a small middleware, or catch DataError in console_view and the "
-        "sessions views)."
-    ),
-)
+# PostgreSQL text cannot hold NUL. Found by this suite: a NUL in a URL path reached the query
+# as a DataError (a 500); fixed in 723b18f by refusing NUL once, in a middleware.
 
 
-@NUL_PG_BUG
 @pytest.mark.parametrize(
     "method, path",
     [
@@ -221,7 +208,6 @@ def test_nul_in_an_api_path_is_a_json_error_not_a_500(method, path, operator_api
         "/sessions/?q=a%00b",
     ],
 )
-@NUL_PG_BUG
 def test_nul_in_console_urls_is_a_message_not_a_500(viewer, path):
     response = viewer.get(path)
     assert response.status_code in (200, 400, 404), (path, response.status_code)
