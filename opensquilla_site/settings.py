@@ -92,6 +92,9 @@ DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'opensquilla.sqlite3'}"),
         conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "0")),
+        # With persistent connections, test a reused connection first so a database restart
+        # costs a reconnect, not a failed request.
+        conn_health_checks=True,
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
