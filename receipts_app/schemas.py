@@ -19,34 +19,14 @@ from opensquilla_site.schemas import (
     clean_text,
 )
 
+from .ledger import LEDGER_FIELDS
 from .models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
 from .selectors import ReceiptFilter
 
 MAX_BULK_ROWS = 1000
 
-RECEIPT_FIELDS = [
-    "receipt_id",
-    "session_key",
-    "session_id",
-    "turn_id",
-    "scope",
-    "source_path",
-    "target_path",
-    "content_hash",
-    "coverage_turn_id",
-    "coverage_hash",
-    "coverage_entry_count",
-    "idempotency_key",
-    "status",
-    "reason",
-    "attempt_count",
-    "next_retry_at_ms",
-    "created_at",
-    "updated_at",
-    "schema_version",
-    "agent_id",
-    "resolved_by_receipt_id",
-]
+# Every ledger column (DOMAIN.md 1.1) plus our derived agent and requeue link, listed by name.
+RECEIPT_FIELDS = [*LEDGER_FIELDS, "agent_id", "resolved_by_receipt_id"]
 
 NOT_NULL_COLUMNS = (
     "session_key",

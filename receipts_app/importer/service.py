@@ -34,6 +34,7 @@ from sessions_app.keys import agent_id_for_session_key, canonicalize_session_key
 from sessions_app.models import Session, TranscriptEntry
 
 from .. import audit
+from ..ledger import LEDGER_FIELDS
 from ..models import MemoryDurableReceipt
 from .errors import ImportSourceError
 from .files import copy_planned, plan_copies, remove_created, sha256_file
@@ -43,24 +44,12 @@ from .source import SourceDatabase, SourceEntry, SourceReceipt, SourceSession
 
 Progress = Callable[[str, int, int], None]
 
-# Receipt columns the import compares and overwrites when the source row is newer.
-_RECEIPT_MUTABLE = (
-    "session_key",
-    "session_id",
-    "turn_id",
-    "scope",
-    "source_path",
-    "target_path",
-    "content_hash",
-    "coverage_turn_id",
-    "coverage_hash",
-    "coverage_entry_count",
-    "status",
-    "reason",
-    "attempt_count",
-    "next_retry_at_ms",
-    "updated_at",
-    "schema_version",
+# Receipt columns the import compares and overwrites when the source row is newer: the
+# ledger's conflict columns, minus the constant schema version.
+_RECEIPT_MUTABLE = tuple(
+    name
+    for name in LEDGER_FIELDS
+    if name not in ("receipt_id", "idempotency_key", "created_at", "schema_version")
 )
 _ENTRY_FIELDS = (
     "session_key",
