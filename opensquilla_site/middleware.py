@@ -11,7 +11,7 @@ from collections.abc import Callable
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
-NUL_MESSAGE = "The address contains a NUL character, which no identifier can hold."
+NUL_REASON = "contains a NUL character, which no identifier can hold"
 
 
 def _query_items(request: HttpRequest) -> list[tuple[str, str]]:
@@ -24,11 +24,17 @@ class RejectNulMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         in_path = "\x00" in request.path
-        in_query = any("\x00" in key or "\x00" in value for key, value in _query_items(request))
-        if not (in_path or in_query):
+        bad_params = sorted(
+            {key for key, value in _query_items(request) if "\x00" in key or "\x00" in value}
+        )
+        if not (in_path or bad_params):
             return self.get_response(request)
+        # Name what is wrong, as the views' own validation messages do.
+        names = ", ".join(k.replace("\x00", "") for k in bad_params)
+        subject = "The address" if in_path else f"The value of {names}"
+        message = f"{subject} is not valid: it {NUL_REASON}."
         if request.path.startswith("/api/"):
-            return JsonResponse({"detail": NUL_MESSAGE, "code": "validation_error"}, status=422)
+            return JsonResponse({"detail": message, "code": "validation_error"}, status=422)
         title = "That address needs fixing" if in_path else "Those filters need fixing"
-        context = {"title": title, "message": NUL_MESSAGE, "fields": {}}
+        context = {"title": title, "message": message, "fields": {}}
         return render(request, "console/error.html", context, status=400)
