@@ -64,21 +64,6 @@ def page(browser) -> Iterator[Any]:
 
 
 @pytest.fixture
-def eager_celery(settings) -> Iterator[None]:
-    """Run Celery tasks inside the live server's request thread (after commit).
-
-    The real-worker proof lives in tests/worker; this walk-through checks the console.
-    """
-    from opensquilla_site.celery import app
-
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    previous = app.conf.task_always_eager
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = previous
-
-
-@pytest.fixture
 def screenshot():
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
 

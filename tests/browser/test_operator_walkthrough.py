@@ -3,7 +3,14 @@
 log in → see the failed checkpoint on the overview → filter the list → open it → requeue
 it → see it become checkpoint_recovered → bulk-requeue a filtered group through a dry run →
 acknowledge an abandoned repair with a reason → find all of it in the audit log.
+
+The requeues run on a REAL Celery worker (``celery worker --pool=solo`` against the test
+database), started by the fixtures of ``tests/worker/conftest.py`` (imported, not copied).
+The live server is a thread of this process, so its enqueues go through the Celery app that
+``celery_queue`` routed to this test's private queue, which only that worker consumes.
 """
+
+# ruff: noqa: F811 - the worker fixtures are imported by name and requested as arguments
 
 from __future__ import annotations
 
@@ -14,6 +21,14 @@ import pytest
 from receipts_app.models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
 from sessions_app.services import append_message
 from tests.factories import make_receipt, make_session, make_user
+from tests.worker.conftest import (  # noqa: F401 - fixtures, used by name
+    _broker_reachable,
+    celery_queue,
+    service_marks,
+    shared_workspaces,
+    start_worker,
+    wait_for,
+)
 
 from .conftest import log_in
 
@@ -23,6 +38,8 @@ pytestmark = [
     pytest.mark.django_db(transaction=True, serialized_rollback=True),
 ]
 
+# How long the page may take to show work the worker did (a bound, never an assertion).
+WORKER_WAIT_MS = 60_000
 XSS = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2; alert(2)">'
 
 
@@ -58,7 +75,26 @@ def _seed_walkthrough() -> dict:
     return {"session": session, "failed": failed, "group": group, "abandoned": abandoned}
 
 
-def test_operator_walkthrough(page, live_server, workspace, eager_celery, screenshot):
+def _reload_until_status(page, status: str) -> None:
+    """Reload the detail page until its heading shows ``status`` (bounded by ``wait_for``)."""
+
+    def shown() -> bool:
+        page.reload()
+        return page.locator("h1 .status").inner_text() == status
+
+    wait_for(shown, what=f"the receipt page to show {status}")
+
+
+def _needs_worker(fn):
+    """``worker``, plus ``redis`` when the broker is Redis, as the worker tests are marked."""
+    for mark in service_marks():
+        fn = mark(fn)
+    return fn
+
+
+@_needs_worker
+def test_operator_walkthrough(page, live_server, start_worker, shared_workspaces, screenshot):
+    worker = start_worker()
     data = _seed_walkthrough()
     base = live_server.url
     failed = data["failed"]
@@ -93,16 +129,12 @@ def test_operator_walkthrough(page, live_server, workspace, eager_celery, screen
     page.click('button[data-action="requeue"]')
     page.wait_for_selector("text=requeued:")
 
-    # 6. It turns checkpoint_recovered once the checkpoint task has run.
-    for _ in range(20):
-        if MemoryDurableReceipt.objects.get(pk=failed.pk).status == "checkpoint_recovered":
-            break
-        page.wait_for_timeout(500)
-    page.reload()
-    assert page.locator("h1 .status").inner_text() == "checkpoint_recovered"
+    # 6. The real worker runs the checkpoint task; reloading shows checkpoint_recovered.
+    _reload_until_status(page, "checkpoint_recovered")
     resolved_by = MemoryDurableReceipt.objects.get(pk=failed.pk).resolved_by_receipt_id
     assert resolved_by and page.locator(f"a[href*='{resolved_by}']").count() >= 1
     screenshot(page, "04-receipt-checkpoint-recovered")
+    assert "receipts_app.tasks.checkpoint_session" in worker.log()  # the worker ran it
 
     # 7. Bulk-requeue a filtered group: select the page, then all N matching, dry run, confirm.
     page.goto(
@@ -117,10 +149,12 @@ def test_operator_walkthrough(page, live_server, workspace, eager_celery, screen
     assert page.get_by_text("Dry run: 12 receipts").is_visible()
     assert page.locator("tr.outcome-requeued td.num").inner_text() == "12"
     screenshot(page, "05-requeue-plan-dry-run")
+    # The plan runs on the worker; the progress panel polls itself until it is done.
     page.click('button[data-action="execute-plan"]')
-    page.wait_for_selector('[data-plan-state="done"]')
+    page.wait_for_selector('[data-plan-state="done"]', timeout=WORKER_WAIT_MS)
     assert page.get_by_text("12 of 12 processed").is_visible()
     screenshot(page, "06-requeue-plan-done")
+    assert "receipts_app.tasks.execute_requeue_plan" in worker.log()
     plan = RequeuePlan.objects.get()
     assert plan.state == "done" and plan.result_counts.get("requeued") == 12
     assert (
