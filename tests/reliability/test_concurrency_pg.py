@@ -25,7 +25,7 @@ from receipts_app.requeue import create_requeue_plan, dispatch, get_requeue_plan
 from tests.factories import make_receipt
 
 pytestmark = [
-    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+    pytest.mark.django_db(transaction=True),
     pytest.mark.postgres,
 ]
 

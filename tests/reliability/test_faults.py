@@ -52,7 +52,7 @@ from tests.worker.conftest import (  # noqa: F401 - fixtures, used by name
 )
 
 # Transactional, and the roles (a data migration) restored after each flush.
-TX = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+TX = pytest.mark.django_db(transaction=True)
 
 
 def worker_test(fn):
