@@ -99,6 +99,11 @@ class MemoryDurableReceipt(models.Model):
             models.Index(fields=["status", "created_at", "id"], name="idx_mdr_status_created"),
             models.Index(fields=["created_at", "id"], name="idx_mdr_created"),
             models.Index(fields=["agent_id", "status", "created_at"], name="idx_mdr_agent_status"),
+            # The console's agent + scope views: status-tab counts and the first page.
+            models.Index(
+                fields=["agent_id", "scope", "status", "created_at", "id"],
+                name="idx_mdr_agent_scope_status",
+            ),
             # Repair queue: status IN (...) ordered by next_retry_at_ms, created_at.
             models.Index(
                 fields=["status", "next_retry_at_ms", "created_at"], name="idx_mdr_repair_queue"
