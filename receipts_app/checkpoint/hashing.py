@@ -1,0 +1,48 @@
+"""Checkpoint ids and hashes, byte-compatible with OpenSquilla (DOMAIN.md 5.1)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def _json(value: Any) -> str:
+    """Python's default ``json.dumps`` formatting, which the reference hashes over."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def checkpoint_event_hash(value: Any) -> str:
+    """sha256 hex of the stripped string form (None is ``""``): upstream's ``H()``."""
+    text = "" if value is None else str(value)
+    return hashlib.sha256(text.strip().encode("utf-8")).hexdigest()
+
+
+def _field(entry: Any, name: str, default: Any = None) -> Any:
+    if isinstance(entry, Mapping):
+        return entry.get(name, default)
+    return getattr(entry, name, default)
+
+
+def _coverage_item(entry: Any) -> dict[str, Any]:
+    return {
+        "role": _field(entry, "role") or "",
+        "content": _field(entry, "content") or "",
+        "tool_call_id": _field(entry, "tool_call_id"),
+        "tool_calls": _field(entry, "tool_calls"),
+        "reasoning_content": _field(entry, "reasoning_content"),
+    }
+
+
+def checkpoint_turn_id(entries: Sequence[Any]) -> str:
+    ids = [_field(e, "id") for e in entries]
+    int_ids = [i for i in ids if isinstance(i, int) and not isinstance(i, bool)]
+    if int_ids:
+        return f"through-{max(int_ids)}"
+    return "turn-" + checkpoint_event_hash(_json([_coverage_item(e) for e in entries]))[:16]
+
+
+def checkpoint_coverage_hash(entries: Sequence[Any]) -> str:
+    items = [{**_coverage_item(e), "id": _field(e, "id")} for e in entries]
+    return checkpoint_event_hash(_json(items))
