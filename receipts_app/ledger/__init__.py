@@ -1,8 +1,10 @@
 """The durable receipt ledger: OpenSquilla's storage API on the Django ORM (DOMAIN.md 3).
 
+The hot paths (single-row upsert and update, the exact coverage lookup, the bulk upsert) run
+prebuilt parameterised SQL from :mod:`.fastsql`; the rest is ORM.
+
 Contracts kept from upstream:
-- ``upsert`` is one ``INSERT … ON CONFLICT (idempotency_key) DO UPDATE`` (Django's
-  ``bulk_create(update_conflicts=True)`` emits exactly that on SQLite and PostgreSQL), so two
+- ``upsert`` is one ``INSERT … ON CONFLICT (idempotency_key) DO UPDATE``, so two
   writers of one key can never both insert. ``receipt_id``, ``idempotency_key`` and
   ``created_at`` are never overwritten; ``updated_at`` is always stamped.
 - The generation fence (``expected_session_id``) is read in the same transaction as the write,
@@ -27,46 +29,18 @@ from opensquilla_site.timeutil import now_ms
 from sessions_app.keys import agent_id_for_session_key, canonicalize_session_key
 from sessions_app.models import Session
 
-from . import audit
-from .models import MemoryDurableReceipt, new_receipt_id
+from .. import audit
+from ..models import MemoryDurableReceipt, new_receipt_id
+from . import fastsql
+from .columns import CONFLICT_UPDATE_FIELDS as CONFLICT_UPDATE_FIELDS
+from .columns import COVERAGE_FILTERS as COVERAGE_FILTERS
+from .columns import LEDGER_FIELDS, UPDATABLE_FIELDS
+from .columns import WRITE_FIELDS as WRITE_FIELDS
 
 # Upstream's queue set: rows in these statuses are claimable by the repair worker.
 REPAIR_QUEUE_STATUSES: tuple[str, ...] = ("repair_pending", "distill_failed", "flush_failed")
 REPAIR_RUNNING_STATUS = "repair_running"
 REPAIR_PENDING_STATUS = "repair_pending"
-
-# Columns of the upstream table (DOMAIN.md 1.1), in its order.
-LEDGER_FIELDS: tuple[str, ...] = (
-    "receipt_id",
-    "session_key",
-    "session_id",
-    "turn_id",
-    "scope",
-    "source_path",
-    "target_path",
-    "content_hash",
-    "coverage_turn_id",
-    "coverage_hash",
-    "coverage_entry_count",
-    "idempotency_key",
-    "status",
-    "reason",
-    "attempt_count",
-    "next_retry_at_ms",
-    "created_at",
-    "updated_at",
-    "schema_version",
-)
-_IMMUTABLE_ON_CONFLICT = frozenset({"receipt_id", "idempotency_key", "created_at"})
-# What a conflicting upsert overwrites: every upstream column but the three above, plus our
-# derived agent column and the requeue link (a replayed failure is unresolved again).
-CONFLICT_UPDATE_FIELDS: tuple[str, ...] = tuple(
-    f for f in LEDGER_FIELDS if f not in _IMMUTABLE_ON_CONFLICT
-) + ("agent_id", "resolved_by_receipt_id")
-UPDATABLE_FIELDS = frozenset(LEDGER_FIELDS + ("resolved_by_receipt_id",)) - {
-    "receipt_id",
-    "created_at",
-}
 
 
 def generation_changed(session_key: str) -> KeyError:
@@ -90,8 +64,8 @@ def _check_generation_fence(session_key: str, session_id: str, expected_session_
         raise generation_changed(session_key)
 
 
-def _prepare_for_write(receipt: MemoryDurableReceipt, stamp_ms: int) -> MemoryDurableReceipt:
-    """Canonicalise in place (as upstream does) and return a fresh row to insert."""
+def _prepare_for_write(receipt: MemoryDurableReceipt, stamp_ms: int) -> dict[str, Any]:
+    """Canonicalise and stamp ``receipt`` in place (as upstream does); return the row to write."""
     receipt.session_key = canonicalize_session_key(receipt.session_key)
     receipt.updated_at = stamp_ms
     if not receipt.idempotency_key:
@@ -103,16 +77,7 @@ def _prepare_for_write(receipt: MemoryDurableReceipt, stamp_ms: int) -> MemoryDu
     values = {name: getattr(receipt, name) for name in LEDGER_FIELDS}
     values["agent_id"] = agent_id_for_session_key(receipt.session_key) or ""
     values["resolved_by_receipt_id"] = receipt.resolved_by_receipt_id
-    return MemoryDurableReceipt(**values)
-
-
-def _insert_or_update(rows: Sequence[MemoryDurableReceipt]) -> None:
-    MemoryDurableReceipt.objects.bulk_create(
-        rows,
-        update_conflicts=True,
-        unique_fields=["idempotency_key"],
-        update_fields=list(CONFLICT_UPDATE_FIELDS),
-    )
+    return values
 
 
 def upsert_memory_durable_receipt(
@@ -122,32 +87,18 @@ def upsert_memory_durable_receipt(
 
     Returns the stored row: on a conflict it carries the original ``receipt_id`` and
     ``created_at``. With ``expected_session_id`` the write is fenced on the live generation
-    and raises ``KeyError("Session generation changed: <key>")`` when it moved.
+    and raises ``KeyError("Session generation changed: <key>")`` when it moved. A status
+    change of an existing row is recorded as a ``status_change`` event in the same transaction.
     """
-    row = _prepare_for_write(receipt, now_ms())
+    stamp = now_ms()
+    row = _prepare_for_write(receipt, stamp)
+    if expected_session_id is None and fastsql.is_postgres():
+        # One statement (write + audit) is a transaction on its own: no BEGIN/COMMIT trips.
+        return fastsql.upsert(row, stamp)
     with transaction.atomic():
         if expected_session_id is not None:
-            _check_generation_fence(row.session_key, row.session_id, expected_session_id)
-        prior = (
-            MemoryDurableReceipt.objects.filter(idempotency_key=row.idempotency_key)
-            .values_list("receipt_id", "status")
-            .first()
-        )
-        _insert_or_update([row])
-        stored = MemoryDurableReceipt.objects.filter(idempotency_key=row.idempotency_key).first()
-        if stored is None:  # pragma: no cover - the insert above guarantees a row
-            raise RuntimeError(f"Receipt vanished after upsert: {row.idempotency_key}")
-        if prior is not None and prior[1] != stored.status:
-            audit.record_event(
-                receipt_id=stored.receipt_id,
-                session_key=stored.session_key,
-                action="status_change",
-                from_status=prior[1],
-                to_status=stored.status,
-                reason=stored.reason,
-                details={"via": "upsert"},
-            )
-    return stored
+            _check_generation_fence(row["session_key"], row["session_id"], expected_session_id)
+        return fastsql.upsert(row, stamp)
 
 
 def bulk_upsert_memory_durable_receipts(
@@ -158,29 +109,20 @@ def bulk_upsert_memory_durable_receipts(
     A key repeated inside one batch keeps its last values, as sequential upserts would.
     """
     stamp = now_ms()
-    latest: dict[str, MemoryDurableReceipt] = {}
+    latest: dict[str, dict[str, Any]] = {}
     for receipt in receipts:
         row = _prepare_for_write(receipt, stamp)
-        latest[row.idempotency_key] = row
-    keys = list(latest)
+        latest[row["idempotency_key"]] = row
     with transaction.atomic():
-        for start in range(0, len(keys), 500):
-            _insert_or_update([latest[k] for k in keys[start : start + 500]])
-        stored = {
-            r.idempotency_key: r
-            for start in range(0, len(keys), 900)
-            for r in MemoryDurableReceipt.objects.filter(
-                idempotency_key__in=keys[start : start + 900]
-            )
-        }
-    return [stored[canonical_key] for canonical_key in (r.idempotency_key for r in receipts)]
+        stored = {r.idempotency_key: r for r in fastsql.bulk_upsert(list(latest.values()))}
+    return [stored[receipt.idempotency_key] for receipt in receipts]
 
 
 def update_memory_durable_receipt(receipt_id: str, /, **fields: Any) -> MemoryDurableReceipt:
     """Update named columns of one row; ``updated_at`` defaults to now.
 
     Raises ``ValueError`` for unknown field names (before any DB work) and ``KeyError`` when
-    no row has ``receipt_id``.
+    no row has ``receipt_id``. A status change is recorded as a ``status_change`` event.
     """
     unknown = sorted(set(fields) - UPDATABLE_FIELDS)
     if unknown:
@@ -188,28 +130,17 @@ def update_memory_durable_receipt(receipt_id: str, /, **fields: Any) -> MemoryDu
     if "session_key" in fields:
         fields["session_key"] = canonicalize_session_key(fields["session_key"])
         fields["agent_id"] = agent_id_for_session_key(fields["session_key"]) or ""
+    stamp = now_ms()
     if fields.get("updated_at") is None:
-        fields["updated_at"] = now_ms()
-    with transaction.atomic():
-        prior = (
-            MemoryDurableReceipt.objects.select_for_update()
-            .filter(receipt_id=receipt_id)
-            .values_list("status", flat=True)
-            .first()
-        )
-        if prior is None:
-            raise KeyError(f"Memory durable receipt not found: {receipt_id}")
-        MemoryDurableReceipt.objects.filter(receipt_id=receipt_id).update(**fields)
-        row = MemoryDurableReceipt.objects.get(receipt_id=receipt_id)
-        if "status" in fields and prior != row.status:
-            audit.record_event(
-                receipt_id=row.receipt_id,
-                session_key=row.session_key,
-                action="status_change",
-                from_status=prior,
-                to_status=row.status,
-                reason=row.reason,
-            )
+        fields["updated_at"] = stamp
+    if fastsql.is_postgres():
+        # One statement: lock, update, audit.
+        row = fastsql.update(receipt_id, fields, stamp)
+    else:
+        with transaction.atomic():
+            row = fastsql.update(receipt_id, fields, stamp)
+    if row is None:
+        raise KeyError(f"Memory durable receipt not found: {receipt_id}")
     return row
 
 
@@ -253,9 +184,23 @@ def list_memory_durable_receipts(
     limit: int = 100,
 ) -> list[MemoryDurableReceipt]:
     """Equality filters (ANDed) in SQL, oldest first (``created_at, id``)."""
+    if session_key is not None:
+        session_key = canonicalize_session_key(session_key)
+    coverage = (
+        session_key,
+        session_id,
+        scope,
+        status,
+        coverage_turn_id,
+        coverage_hash,
+        coverage_entry_count,
+    )
+    if limit > 0 and idempotency_key is None and None not in coverage:
+        # The checkpoint's "already covered?" probe: a fixed shape, so a prebuilt statement.
+        return fastsql.coverage_lookup(coverage, limit)
     filters: dict[str, Any] = {}
     if session_key is not None:
-        filters["session_key"] = canonicalize_session_key(session_key)
+        filters["session_key"] = session_key
     for name, value in (
         ("session_id", session_id),
         ("scope", scope),
