@@ -22,7 +22,7 @@ from .. import audit
 from ..audit import Actor
 from ..checkpoint import DEFAULT_SOURCE
 from ..ledger import REPAIR_QUEUE_STATUSES
-from ..models import MemoryDurableReceipt
+from ..models import MemoryDurableReceipt, ReceiptEvent
 from . import dispatch
 from .rules import (
     ACKNOWLEDGEABLE_STATUSES,
@@ -31,11 +31,11 @@ from .rules import (
     CHECKPOINT_RECOVERED,
     CHECKPOINT_REQUEUED,
     CHECKPOINT_SUPERSEDED,
+    ON_DEMAND,
     REPAIR_PENDING,
     TERMINAL_REPAIR_STATUSES,
     Outcome,
-    classify_requeue,
-    find_superseding_checkpoint,
+    decide_requeue,
 )
 
 logger = logging.getLogger(__name__)
@@ -138,22 +138,18 @@ def requeue_receipt(
 
 def _apply_requeue(row: MemoryDurableReceipt) -> RequeueResult:
     now = timeutil.now_ms()
-    outcome, message = classify_requeue(row, now_ms=now)
+    outcome, message, saved_id = decide_requeue(row, now_ms=now, context=ON_DEMAND)
     rid = row.receipt_id
     stamp = _next_stamp(row.updated_at)
     if outcome is Outcome.SUPERSEDED:
-        saved = find_superseding_checkpoint(row)
-        assert saved is not None  # noqa: S101 - classify just found it under the same lock
         if not _cas_update(
             row,
             status=CHECKPOINT_SUPERSEDED,
-            resolved_by_receipt_id=saved.receipt_id,
+            resolved_by_receipt_id=saved_id,
             updated_at=stamp,
         ):
             return RequeueResult(rid, Outcome.STALE, "stale: changed meanwhile", row.status)
-        return RequeueResult(
-            rid, outcome, message, CHECKPOINT_SUPERSEDED, superseded_by=saved.receipt_id
-        )
+        return RequeueResult(rid, outcome, message, CHECKPOINT_SUPERSEDED, superseded_by=saved_id)
     if outcome is not Outcome.REQUEUED:
         return RequeueResult(rid, outcome, message, row.status)
     if row.status == CHECKPOINT_FAILED:
@@ -183,12 +179,24 @@ def _record_requeue(
     reason: str,
     plan_id: str | None,
 ) -> None:
+    requeue_event(result, from_status, session_key, actor, reason, plan_id).save(force_insert=True)
+
+
+def requeue_event(
+    result: RequeueResult,
+    from_status: str | None,
+    session_key: str,
+    actor: Actor,
+    reason: str,
+    plan_id: str | None,
+) -> ReceiptEvent:
+    """The audit event of one requeue call (unsaved), whatever its outcome."""
     details: dict[str, Any] = {"message": result.message}
     if result.task_id:
         details["task_id"] = result.task_id
     if result.superseded_by:
         details["superseded_by"] = result.superseded_by
-    audit.record_event(
+    return audit.build_event(
         receipt_id=result.receipt_id,
         session_key=session_key,
         action="requeue",

@@ -24,14 +24,27 @@ from ..audit import Actor
 from ..models import MemoryDurableReceipt, RequeuePlan
 from ..selectors import ReceiptFilter, filter_receipts
 from . import dispatch
-from .engine import requeue_receipt
-from .rules import classify_requeue
+from .batch import requeue_batch
+from .rules import BatchContext, classify_requeue
 
 logger = logging.getLogger(__name__)
 
 ACTIVE_STATES = ("queued", "running", "done")
 _ALIASES = {"reason_contains": "reason", "statuses": "status", "scopes": "scope"}
-_PREVIEW_BATCH = 500
+_PREVIEW_BATCH = 1000
+# What the rules and the dry-run samples read; the rest of a row is never loaded here.
+_CLASSIFY_FIELDS = (
+    "id",
+    "receipt_id",
+    "session_key",
+    "session_id",
+    "status",
+    "reason",
+    "created_at",
+    "updated_at",
+    "coverage_entry_count",
+    "next_retry_at_ms",
+)
 
 
 def _freeze_filters(filters: dict[str, Any]) -> dict[str, Any]:
@@ -77,10 +90,12 @@ def create_requeue_plan(
     counts: Counter[str] = Counter()
     samples: dict[str, list[dict[str, Any]]] = {}
     now = timeutil.now_ms()
-    # Iterate by pk batches rather than one huge cursor: SQLite and PG both stay cheap.
-    for batch in _batches(plan_queryset(plan), _PREVIEW_BATCH):
+    # Keyset batches rather than one huge cursor; each batch's lookups are two queries.
+    rows_qs = plan_queryset(plan).only(*_CLASSIFY_FIELDS)
+    for batch in _batches(rows_qs, _PREVIEW_BATCH):
+        context = BatchContext(batch)
         for row in batch:
-            outcome, message = classify_requeue(row, now_ms=now)
+            outcome, message = classify_requeue(row, now_ms=now, context=context)
             counts[str(outcome)] += 1
             bucket = samples.setdefault(str(outcome), [])
             if len(bucket) < sample_size:
@@ -176,7 +191,9 @@ def _run_one_batch(plan_id: str, batch_size: int) -> tuple[RequeuePlan, bool]:
             plan.state = "running"
             plan.started_at = plan.started_at or now
         rows = list(
-            _after(plan_queryset(plan), plan.cursor_created_at, plan.cursor_id)[:batch_size]
+            _after(plan_queryset(plan), plan.cursor_created_at, plan.cursor_id).values_list(
+                "pk", "receipt_id", "created_at"
+            )[:batch_size]
         )
         if not rows:
             plan.state = "done"
@@ -186,14 +203,16 @@ def _run_one_batch(plan_id: str, batch_size: int) -> tuple[RequeuePlan, bool]:
             return plan, True
         actor = Actor(plan.created_by, plan.surface)
         counts = Counter(plan.result_counts or {})
-        for row in rows:
-            result = requeue_receipt(
-                receipt_id=row.receipt_id, actor=actor, reason=plan.reason, plan_id=plan.plan_id
-            )
-            counts[str(result.outcome)] += 1
+        results = requeue_batch(
+            [(pk, rid) for pk, rid, _created in rows],
+            actor=actor,
+            reason=plan.reason,
+            plan_id=plan.plan_id,
+        )
+        counts.update(str(result.outcome) for result in results)
         plan.result_counts = dict(counts)
         plan.processed += len(rows)
-        plan.cursor_created_at, plan.cursor_id = rows[-1].created_at, rows[-1].id
+        plan.cursor_created_at, plan.cursor_id = rows[-1][2], rows[-1][0]
         plan.updated_at = timeutil.now_ms()
         plan.save()
         return plan, False

@@ -6,7 +6,12 @@ itself, so an operator is never shown an outcome the engine would not produce.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
+from typing import Any, Protocol
+
+from django.db.models import OuterRef, Subquery
+from django.db.models.functions import Coalesce
 
 from opensquilla_site import timeutil
 from sessions_app.models import Session
@@ -55,35 +60,46 @@ class Outcome(StrEnum):
     NOT_FOUND = "not_found"
 
 
+def _superseding_filter(receipt: MemoryDurableReceipt) -> dict[str, Any]:
+    return {
+        "session_key": receipt.session_key,
+        "session_id": receipt.session_id,
+        "scope": "checkpoint",
+        "status": CHECKPOINT_SAVED,
+        "created_at__gte": receipt.created_at,
+        "coverage_entry_count__gte": receipt.coverage_entry_count or 0,
+    }
+
+
+_SUPERSEDING_ORDER = ("-coverage_entry_count", "-created_at", "-id")
+
+
 def find_superseding_checkpoint(receipt: MemoryDurableReceipt) -> MemoryDurableReceipt | None:
     """A saved checkpoint of the same generation, written since, covering at least as much.
 
     A generation's transcript only grows, so a later checkpoint with as many entries holds
     everything the failed one tried to save. A failed row without coverage counts as 0.
     """
-    covered = receipt.coverage_entry_count or 0
     return (
-        MemoryDurableReceipt.objects.filter(
-            session_key=receipt.session_key,
-            session_id=receipt.session_id,
-            scope="checkpoint",
-            status=CHECKPOINT_SAVED,
-            created_at__gte=receipt.created_at,
-            coverage_entry_count__gte=covered,
-        )
+        MemoryDurableReceipt.objects.filter(**_superseding_filter(receipt))
         .exclude(pk=receipt.pk)
-        .order_by("-coverage_entry_count", "-created_at", "-id")
+        .order_by(*_SUPERSEDING_ORDER)
         .first()
+    )
+
+
+def _live_session_id(session_key: str) -> str | None:
+    return (
+        Session.objects.filter(session_key=session_key).values_list("session_id", flat=True).first()
     )
 
 
 def checkpoint_fence(receipt: MemoryDurableReceipt) -> str | None:
     """Why a checkpoint cannot be retaken for the row's generation, or None when it can."""
-    live = (
-        Session.objects.filter(session_key=receipt.session_key)
-        .values_list("session_id", flat=True)
-        .first()
-    )
+    return _fence_reason(receipt, _live_session_id(receipt.session_key))
+
+
+def _fence_reason(receipt: MemoryDurableReceipt, live: str | None) -> str | None:
     if live is None:
         return "fenced: session was deleted"
     if live != receipt.session_id:
@@ -91,44 +107,142 @@ def checkpoint_fence(receipt: MemoryDurableReceipt) -> str | None:
     return None
 
 
+class RequeueContext(Protocol):
+    """What the rules need beyond the row itself: the only two lookups they make."""
+
+    def superseded_by(self, receipt: MemoryDurableReceipt) -> str | None:
+        """receipt_id of the saved checkpoint that supersedes a failed one, if any."""
+
+    def live_session_id(self, session_key: str) -> str | None:
+        """The live generation of ``session_key``; None when the session is gone."""
+
+
+class _OnDemand:
+    """One row at a time: each lookup is a query, made only if the rule reaches it."""
+
+    def superseded_by(self, receipt: MemoryDurableReceipt) -> str | None:
+        saved = find_superseding_checkpoint(receipt)
+        return saved.receipt_id if saved is not None else None
+
+    def live_session_id(self, session_key: str) -> str | None:
+        return _live_session_id(session_key)
+
+
+ON_DEMAND: RequeueContext = _OnDemand()
+
+
+class BatchContext:
+    """Both lookups for a whole batch, fetched up front in two queries.
+
+    Only ``checkpoint_failed`` rows consult them, so a batch without any costs nothing.
+    The superseding checkpoint is found by the same filter and order as
+    ``find_superseding_checkpoint``, as a correlated subquery per failed row.
+    """
+
+    def __init__(self, rows: Iterable[MemoryDurableReceipt]) -> None:
+        failed = [r for r in rows if r.status == CHECKPOINT_FAILED]
+        self._live: dict[str, str] = {}
+        self._saved: dict[int, str | None] = {}
+        if not failed:
+            return
+        keys = {r.session_key for r in failed}
+        self._live = dict(
+            Session.objects.filter(session_key__in=keys).values_list("session_key", "session_id")
+        )
+        best = (
+            MemoryDurableReceipt.objects.filter(
+                session_key=OuterRef("session_key"),
+                session_id=OuterRef("session_id"),
+                scope="checkpoint",
+                status=CHECKPOINT_SAVED,
+                created_at__gte=OuterRef("created_at"),
+                coverage_entry_count__gte=Coalesce(OuterRef("coverage_entry_count"), 0),
+            )
+            .exclude(pk=OuterRef("pk"))
+            .order_by(*_SUPERSEDING_ORDER)
+            .values("receipt_id")[:1]
+        )
+        self._saved = dict(
+            MemoryDurableReceipt.objects.filter(pk__in=[r.pk for r in failed])
+            .annotate(saved_id=Subquery(best))
+            .values_list("pk", "saved_id")
+        )
+
+    def superseded_by(self, receipt: MemoryDurableReceipt) -> str | None:
+        if receipt.pk not in self._saved:  # not part of the batch: ask directly
+            return ON_DEMAND.superseded_by(receipt)
+        return self._saved[receipt.pk]
+
+    def live_session_id(self, session_key: str) -> str | None:
+        return self._live.get(session_key)
+
+
 def _is_due(receipt: MemoryDurableReceipt, now: int) -> bool:
     return receipt.next_retry_at_ms is None or receipt.next_retry_at_ms <= now
 
 
-def classify_requeue(
-    receipt: MemoryDurableReceipt, *, now_ms: int | None = None
-) -> tuple[Outcome, str]:
-    """The outcome a requeue of ``receipt`` would have right now, with a human explanation.
+def decide_requeue(
+    receipt: MemoryDurableReceipt, *, now_ms: int, context: RequeueContext
+) -> tuple[Outcome, str, str | None]:
+    """THE requeue rule: (outcome, explanation, superseding receipt_id) for one row.
+
+    Every path (single requeue, console buttons, plan dry run and plan execution) ends
+    here; they differ only in how ``context`` fetches the two lookups.
 
     Repair rows are deliberately not fenced on the session generation: a repair re-distils
     the raw archive on disk, which outlives resets (upstream's repair worker is unfenced too,
     and a reset's own flush is what leaves most repair rows behind).
     """
-    now = now_ms if now_ms is not None else timeutil.now_ms()
     status = receipt.status
     if status == REPAIR_RUNNING:
-        return Outcome.IN_FLIGHT, "in flight: a repair worker is running it"
+        return Outcome.IN_FLIGHT, "in flight: a repair worker is running it", None
     if status == CHECKPOINT_REQUEUED:
-        return Outcome.IN_FLIGHT, "in flight: already requeued, waiting for the checkpoint task"
+        return (
+            Outcome.IN_FLIGHT,
+            "in flight: already requeued, waiting for the checkpoint task",
+            None,
+        )
     if status in TERMINAL_REPAIR_STATUSES:
-        return Outcome.REQUEUED, "will return to repair_pending with a fresh attempt budget"
+        return (
+            Outcome.REQUEUED,
+            "will return to repair_pending with a fresh attempt budget",
+            None,
+        )
     if status in REPAIR_QUEUE_STATUSES:
-        if _is_due(receipt, now):
-            return Outcome.IN_FLIGHT, "in flight: already due; the next repair tick takes it"
-        return Outcome.REQUEUED, "waiting for a retry; requeue makes it due now"
+        if _is_due(receipt, now_ms):
+            return (
+                Outcome.IN_FLIGHT,
+                "in flight: already due; the next repair tick takes it",
+                None,
+            )
+        return Outcome.REQUEUED, "waiting for a retry; requeue makes it due now", None
     if status == CHECKPOINT_FAILED:
-        saved = find_superseding_checkpoint(receipt)
-        if saved is not None:
-            return Outcome.SUPERSEDED, f"superseded by {saved.receipt_id}"
-        fence = checkpoint_fence(receipt)
+        saved_id = context.superseded_by(receipt)
+        if saved_id is not None:
+            return Outcome.SUPERSEDED, f"superseded by {saved_id}", saved_id
+        fence = _fence_reason(receipt, context.live_session_id(receipt.session_key))
         if fence is not None:
-            return Outcome.FENCED, fence
-        return Outcome.REQUEUED, "a new checkpoint of the live session will be taken"
+            return Outcome.FENCED, fence, None
+        return Outcome.REQUEUED, "a new checkpoint of the live session will be taken", None
     if status in SUCCESS_STATUSES:
-        return Outcome.NOT_REQUEUEABLE, f"{status} is a success status; nothing to redo"
+        return Outcome.NOT_REQUEUEABLE, f"{status} is a success status; nothing to redo", None
     if status == ACKNOWLEDGED:
-        return Outcome.NOT_REQUEUEABLE, "acknowledged by an operator; nothing to redo"
-    return Outcome.NOT_REQUEUEABLE, f"{status} has no requeue rule"
+        return Outcome.NOT_REQUEUEABLE, "acknowledged by an operator; nothing to redo", None
+    return Outcome.NOT_REQUEUEABLE, f"{status} has no requeue rule", None
+
+
+def classify_requeue(
+    receipt: MemoryDurableReceipt,
+    *,
+    now_ms: int | None = None,
+    context: RequeueContext | None = None,
+) -> tuple[Outcome, str]:
+    """The outcome a requeue of ``receipt`` would have right now, with a human explanation."""
+    now = now_ms if now_ms is not None else timeutil.now_ms()
+    outcome, message, _saved = decide_requeue(
+        receipt, now_ms=now, context=context if context is not None else ON_DEMAND
+    )
+    return outcome, message
 
 
 def available_actions(
