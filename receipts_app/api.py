@@ -7,11 +7,12 @@ since the caller read it, nothing was done).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from ninja import Body, Query, Router, Status
 from ninja.decorators import decorate_view
@@ -31,6 +32,7 @@ from .audit import Actor, acting_as
 from .checkpoint import record_memory_checkpoint
 from .models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
 from .schemas import (
+    RECEIPT_OUT_KEYS,
     AcknowledgeIn,
     AcknowledgeOut,
     BulkOut,
@@ -125,7 +127,7 @@ def upsert_receipt(request: HttpRequest, payload: ReceiptUpsertIn) -> MemoryDura
     operation_id="bulk_upsert_receipts",
 )
 @decorate_view(body_limit(BULK_MAX_BODY_BYTES))
-def bulk_upsert_receipts(request: HttpRequest, payload: ReceiptBulkIn) -> Status[Any]:
+def bulk_upsert_receipts(request: HttpRequest, payload: ReceiptBulkIn) -> HttpResponse:
     """Up to 1,000 unfenced upserts in one transaction: all are stored or none."""
     caller = principal(request)
 
@@ -133,10 +135,21 @@ def bulk_upsert_receipts(request: HttpRequest, payload: ReceiptBulkIn) -> Status
         rows = [MemoryDurableReceipt(**item.model_dump()) for item in payload.receipts]
         with acting_as(_actor(caller)):
             stored = ledger.bulk_upsert_memory_durable_receipts(rows)
-        results = [{"index": i, "receipt": ReceiptOut.from_orm(r)} for i, r in enumerate(stored)]
-        return Status(200, BulkOut(count=len(results), results=results))  # type: ignore[arg-type]
+        # Plain dicts of the stored columns (the ``ReceiptOut`` keys): validating 1,000 rows
+        # back through the schema cost more than the database write.
+        results = [
+            {"index": i, "receipt": {key: row.__dict__[key] for key in RECEIPT_OUT_KEYS}}
+            for i, row in enumerate(stored)
+        ]
+        return Status(200, {"count": len(results), "results": results})
 
-    return run_idempotent(request, owner=caller.idempotency_owner, action=act)
+    result = run_idempotent(request, owner=caller.idempotency_owner, action=act)
+    # Rendered directly: the body is already JSON-ready and shaped as ``BulkOut``.
+    return HttpResponse(
+        json.dumps(result.value),
+        status=result.status_code,
+        content_type="application/json; charset=utf-8",
+    )
 
 
 @router.get(
