@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 from django.db import transaction
@@ -25,26 +26,13 @@ from ..models import MemoryDurableReceipt, RequeuePlan
 from ..selectors import ReceiptFilter, filter_receipts
 from . import dispatch
 from .batch import requeue_batch
-from .rules import BatchContext, classify_requeue
+from .rules import ROW_FACT_FIELDS, BatchContext, RowFacts, classify_requeue
 
 logger = logging.getLogger(__name__)
 
 ACTIVE_STATES = ("queued", "running", "done")
 _ALIASES = {"reason_contains": "reason", "statuses": "status", "scopes": "scope"}
 _PREVIEW_BATCH = 1000
-# What the rules and the dry-run samples read; the rest of a row is never loaded here.
-_CLASSIFY_FIELDS = (
-    "id",
-    "receipt_id",
-    "session_key",
-    "session_id",
-    "status",
-    "reason",
-    "created_at",
-    "updated_at",
-    "coverage_entry_count",
-    "next_retry_at_ms",
-)
 
 
 def _freeze_filters(filters: dict[str, Any]) -> dict[str, Any]:
@@ -91,7 +79,7 @@ def create_requeue_plan(
     samples: dict[str, list[dict[str, Any]]] = {}
     now = timeutil.now_ms()
     # Keyset batches rather than one huge cursor; each batch's lookups are two queries.
-    rows_qs = plan_queryset(plan).only(*_CLASSIFY_FIELDS)
+    rows_qs = plan_queryset(plan).values_list(*ROW_FACT_FIELDS)
     for batch in _batches(rows_qs, _PREVIEW_BATCH):
         context = BatchContext(batch)
         for row in batch:
@@ -115,20 +103,25 @@ def create_requeue_plan(
     return plan
 
 
-def _after(qs: QuerySet[MemoryDurableReceipt], created_at: int | None, pk: int | None):
+def _after(qs: QuerySet[Any, Any], created_at: int | None, pk: int | None) -> QuerySet[Any, Any]:
     if created_at is None or pk is None:
         return qs
-    return qs.filter(Q(created_at__gt=created_at) | Q(created_at=created_at, id__gt=pk))
+    # The redundant ``created_at >= cursor`` is what an index can seek to; the OR alone
+    # makes PostgreSQL scan from the start of the ordering index on every batch.
+    return qs.filter(
+        Q(created_at__gte=created_at),
+        Q(created_at__gt=created_at) | Q(created_at=created_at, id__gt=pk),
+    )
 
 
-def _batches(qs: QuerySet[MemoryDurableReceipt], size: int):
+def _batches(qs: QuerySet[Any, tuple[Any, ...]], size: int) -> Iterator[list[RowFacts]]:
     cursor: tuple[int | None, int | None] = (None, None)
     while True:
-        rows = list(_after(qs, *cursor)[:size])
+        rows = [RowFacts._make(values) for values in _after(qs, *cursor)[:size]]
         if not rows:
             return
         yield rows
-        cursor = (rows[-1].created_at, rows[-1].id)
+        cursor = (rows[-1].created_at, rows[-1].pk)
 
 
 def get_requeue_plan(plan_id: str) -> RequeuePlan:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from django.db.models import OuterRef, Subquery
 from django.db.models.functions import Coalesce
@@ -60,7 +60,7 @@ class Outcome(StrEnum):
     NOT_FOUND = "not_found"
 
 
-def _superseding_filter(receipt: MemoryDurableReceipt) -> dict[str, Any]:
+def _superseding_filter(receipt: Receipt) -> dict[str, Any]:
     return {
         "session_key": receipt.session_key,
         "session_id": receipt.session_id,
@@ -74,7 +74,7 @@ def _superseding_filter(receipt: MemoryDurableReceipt) -> dict[str, Any]:
 _SUPERSEDING_ORDER = ("-coverage_entry_count", "-created_at", "-id")
 
 
-def find_superseding_checkpoint(receipt: MemoryDurableReceipt) -> MemoryDurableReceipt | None:
+def find_superseding_checkpoint(receipt: Receipt) -> MemoryDurableReceipt | None:
     """A saved checkpoint of the same generation, written since, covering at least as much.
 
     A generation's transcript only grows, so a later checkpoint with as many entries holds
@@ -94,12 +94,12 @@ def _live_session_id(session_key: str) -> str | None:
     )
 
 
-def checkpoint_fence(receipt: MemoryDurableReceipt) -> str | None:
+def checkpoint_fence(receipt: Receipt) -> str | None:
     """Why a checkpoint cannot be retaken for the row's generation, or None when it can."""
     return _fence_reason(receipt, _live_session_id(receipt.session_key))
 
 
-def _fence_reason(receipt: MemoryDurableReceipt, live: str | None) -> str | None:
+def _fence_reason(receipt: Receipt, live: str | None) -> str | None:
     if live is None:
         return "fenced: session was deleted"
     if live != receipt.session_id:
@@ -107,10 +107,30 @@ def _fence_reason(receipt: MemoryDurableReceipt, live: str | None) -> str | None
     return None
 
 
+class RowFacts(NamedTuple):
+    """The columns the rules read, without building a model instance (plan dry runs)."""
+
+    pk: int
+    receipt_id: str
+    session_key: str
+    session_id: str
+    status: str
+    reason: str | None
+    created_at: int
+    coverage_entry_count: int | None
+    next_retry_at_ms: int | None
+
+
+ROW_FACT_FIELDS = ("pk", *RowFacts._fields[1:])
+
+# A stored row or its facts: the rules need nothing else.
+Receipt = MemoryDurableReceipt | RowFacts
+
+
 class RequeueContext(Protocol):
     """What the rules need beyond the row itself: the only two lookups they make."""
 
-    def superseded_by(self, receipt: MemoryDurableReceipt) -> str | None:
+    def superseded_by(self, receipt: Receipt) -> str | None:
         """receipt_id of the saved checkpoint that supersedes a failed one, if any."""
 
     def live_session_id(self, session_key: str) -> str | None:
@@ -120,7 +140,7 @@ class RequeueContext(Protocol):
 class _OnDemand:
     """One row at a time: each lookup is a query, made only if the rule reaches it."""
 
-    def superseded_by(self, receipt: MemoryDurableReceipt) -> str | None:
+    def superseded_by(self, receipt: Receipt) -> str | None:
         saved = find_superseding_checkpoint(receipt)
         return saved.receipt_id if saved is not None else None
 
@@ -132,23 +152,20 @@ ON_DEMAND: RequeueContext = _OnDemand()
 
 
 class BatchContext:
-    """Both lookups for a whole batch, fetched up front in two queries.
+    """Both lookups for a whole batch, fetched up front in one query.
 
     Only ``checkpoint_failed`` rows consult them, so a batch without any costs nothing.
     The superseding checkpoint is found by the same filter and order as
-    ``find_superseding_checkpoint``, as a correlated subquery per failed row.
+    ``find_superseding_checkpoint``, as a correlated subquery per failed row, and the live
+    generation as a second one; the rows are read back by primary key as they are stored.
     """
 
-    def __init__(self, rows: Iterable[MemoryDurableReceipt]) -> None:
+    def __init__(self, rows: Iterable[Receipt]) -> None:
         failed = [r for r in rows if r.status == CHECKPOINT_FAILED]
-        self._live: dict[str, str] = {}
+        self._live: dict[str, str | None] = {}
         self._saved: dict[int, str | None] = {}
         if not failed:
             return
-        keys = {r.session_key for r in failed}
-        self._live = dict(
-            Session.objects.filter(session_key__in=keys).values_list("session_key", "session_id")
-        )
         best = (
             MemoryDurableReceipt.objects.filter(
                 session_key=OuterRef("session_key"),
@@ -162,27 +179,34 @@ class BatchContext:
             .order_by(*_SUPERSEDING_ORDER)
             .values("receipt_id")[:1]
         )
-        self._saved = dict(
+        live = Session.objects.filter(session_key=OuterRef("session_key")).values("session_id")
+        found = (
             MemoryDurableReceipt.objects.filter(pk__in=[r.pk for r in failed])
-            .annotate(saved_id=Subquery(best))
-            .values_list("pk", "saved_id")
+            .annotate(saved_id=Subquery(best), live_id=Subquery(live[:1]))
+            .values_list("pk", "session_key", "saved_id", "live_id")
         )
+        for pk, session_key, saved_id, live_id in found:
+            self._saved[pk] = saved_id
+            self._live[session_key] = live_id
 
-    def superseded_by(self, receipt: MemoryDurableReceipt) -> str | None:
-        if receipt.pk not in self._saved:  # not part of the batch: ask directly
+    # A row outside the batch (or deleted since it was read) is looked up directly.
+    def superseded_by(self, receipt: Receipt) -> str | None:
+        if receipt.pk not in self._saved:
             return ON_DEMAND.superseded_by(receipt)
         return self._saved[receipt.pk]
 
     def live_session_id(self, session_key: str) -> str | None:
-        return self._live.get(session_key)
+        if session_key not in self._live:
+            return ON_DEMAND.live_session_id(session_key)
+        return self._live[session_key]
 
 
-def _is_due(receipt: MemoryDurableReceipt, now: int) -> bool:
+def _is_due(receipt: Receipt, now: int) -> bool:
     return receipt.next_retry_at_ms is None or receipt.next_retry_at_ms <= now
 
 
 def decide_requeue(
-    receipt: MemoryDurableReceipt, *, now_ms: int, context: RequeueContext
+    receipt: Receipt, *, now_ms: int, context: RequeueContext
 ) -> tuple[Outcome, str, str | None]:
     """THE requeue rule: (outcome, explanation, superseding receipt_id) for one row.
 
@@ -232,7 +256,7 @@ def decide_requeue(
 
 
 def classify_requeue(
-    receipt: MemoryDurableReceipt,
+    receipt: Receipt,
     *,
     now_ms: int | None = None,
     context: RequeueContext | None = None,
