@@ -85,6 +85,9 @@ def to_model(row: Sequence[Any]) -> MemoryDurableReceipt:
     return MemoryDurableReceipt.from_db(connection.alias, READ_COLUMNS, row[: len(READ_COLUMNS)])
 
 
+_EXPLICIT_PREPARE_ONLY = 2**31 - 1
+
+
 def is_postgres() -> bool:
     return connection.vendor == "postgresql"
 
@@ -105,7 +108,13 @@ def cursor() -> Iterator[Any]:
 
     connection.ensure_connection()
     connection.validate_no_broken_transaction()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cur:
+    pg = connection.connection
+    if pg.prepare_threshold is None:
+        # Django connects with prepared statements off (prepare_threshold=None), and psycopg
+        # then ignores prepare=True. A threshold no query reaches turns on only the explicit
+        # preparing of these fixed statements; Django's own queries stay unprepared.
+        pg.prepare_threshold = _EXPLICIT_PREPARE_ONLY
+    with connection.wrap_database_errors, psycopg.Cursor(pg) as cur:
         yield cur
 
 
