@@ -24,6 +24,7 @@ backend from the model's metadata, values stay parameters, and rows come back th
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
@@ -92,17 +93,23 @@ def is_postgres() -> bool:
     return connection.vendor == "postgresql"
 
 
+@cache
+def _qmark(sql: str) -> str:
+    # What Django's SQLite cursor does to every query (our SQL has no literal "%"), done once.
+    return sql.replace("%s", "?")
+
+
 @contextmanager
 def cursor() -> Iterator[Any]:
     """A cursor for these statements, with Django's error translation (IntegrityError, …).
 
     PostgreSQL: a server-side-binding psycopg cursor on Django's connection, so statements can
-    be prepared (Django's own cursors bind on the client and never prepare). SQLite: Django's
-    cursor.
+    be prepared (Django's own cursors bind on the client and never prepare). SQLite: the
+    sqlite3 cursor under Django's, so ``execute`` skips the per-call placeholder rewrite.
     """
     if not is_postgres():
-        with connection.cursor() as cur:
-            yield cur
+        with connection.cursor() as wrapper, connection.wrap_database_errors:
+            yield wrapper.cursor
         return
     import psycopg
 
@@ -122,7 +129,7 @@ def execute(cur: Any, sql: str, params: Sequence[Any]) -> None:
     if is_postgres():
         cur.execute(sql, params, prepare=True)
     else:
-        cur.execute(sql, params)
+        sqlite3.Cursor.execute(cur, _qmark(sql), params)
 
 
 def _actor_params() -> list[Any]:
@@ -296,8 +303,6 @@ def _sqlite_bulk_sql(rows: int) -> str:
 
 
 def _sqlite_rows_per_statement() -> int:
-    import sqlite3
-
     connection.ensure_connection()
     try:
         limit = connection.connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
@@ -324,6 +329,6 @@ def bulk_upsert(rows: Sequence[dict[str, Any]]) -> list[MemoryDurableReceipt]:
         step = _sqlite_rows_per_statement()
         for start in range(0, len(prepared), step):
             chunk = prepared[start : start + step]
-            cur.execute(_sqlite_bulk_sql(len(chunk)), [v for row in chunk for v in row])
+            execute(cur, _sqlite_bulk_sql(len(chunk)), [v for row in chunk for v in row])
             stored.extend(to_model(r) for r in cur.fetchall())
     return stored
