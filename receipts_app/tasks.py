@@ -30,6 +30,8 @@ _RETRY: dict[str, Any] = {
 }
 # Plans run in slices so one task never nears its hard limit; the rest is a new message.
 PLAN_SLICE_SECONDS = 240.0
+# Runners per big plan (each a task any worker can take); see fan_out_requeue_plan.
+PLAN_RUNNERS = 2
 
 
 def _jsonable(value: Any) -> Any:
@@ -105,16 +107,19 @@ def requeue_receipts(
 
 
 @shared_task(soft_time_limit=300, time_limit=360, **_RETRY)
-def execute_requeue_plan(plan_id: str) -> dict[str, Any]:
-    from receipts_app.requeue import run_requeue_plan
+def execute_requeue_plan(plan_id: str, fan_out: bool = True) -> dict[str, Any]:
+    from receipts_app.requeue import fan_out_requeue_plan, run_requeue_plan
 
+    if fan_out:
+        fan_out_requeue_plan(plan_id, runners=PLAN_RUNNERS)
     try:
         plan = run_requeue_plan(plan_id, time_budget_s=PLAN_SLICE_SECONDS)
     except KeyError as exc:
         logger.warning("requeue plan %s not found", plan_id)
         return {"plan_id": plan_id, "state": "not_found", "error": str(exc)}
     if plan.state == "running":
-        execute_requeue_plan.delay(plan_id)
+        # The next slice of this same runner; it must not fan out again.
+        execute_requeue_plan.delay(plan_id, fan_out=False)
     return {
         "plan_id": plan.plan_id,
         "state": plan.state,

@@ -17,6 +17,7 @@ from .engine import (
 from .plans import (
     create_requeue_plan,
     execute_requeue_plan,
+    fan_out_requeue_plan,
     get_requeue_plan,
     plan_queryset,
     run_requeue_plan,
@@ -51,6 +52,7 @@ __all__ = [
     "complete_checkpoint_requeue",
     "create_requeue_plan",
     "execute_requeue_plan",
+    "fan_out_requeue_plan",
     "get_requeue_plan",
     "plan_queryset",
     "requeue_receipt",

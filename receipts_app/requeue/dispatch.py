@@ -29,7 +29,22 @@ def _send(task_name: str, task_id: str, args: tuple[Any, ...], kwargs: dict[str,
     from receipts_app import tasks
 
     task = getattr(tasks, task_name)
-    task.apply_async(args=args, kwargs=kwargs, task_id=task_id, producer=_PRODUCER.get())
+    producer = _PRODUCER.get()
+    if producer is None:
+        task.apply_async(args=args, kwargs=kwargs, task_id=task_id)
+        return
+    # Batch sends are fire-and-forget: nobody here waits on the result, so the producer
+    # does not subscribe to each task's result channel (one Redis round trip and one
+    # lingering subscription per message), and the reprs are plain ``repr``s.
+    task.apply_async(
+        args=args,
+        kwargs=kwargs,
+        task_id=task_id,
+        producer=producer,
+        ignore_result=True,
+        argsrepr=repr(args)[:1024],
+        kwargsrepr=repr(kwargs)[:1024],
+    )
 
 
 def _send_all(batch: Sequence[tuple[str, str, tuple[Any, ...], dict[str, Any]]]) -> None:

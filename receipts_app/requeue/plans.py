@@ -33,6 +33,8 @@ logger = logging.getLogger(__name__)
 ACTIVE_STATES = ("queued", "running", "done")
 _ALIASES = {"reason_contains": "reason", "statuses": "status", "scopes": "scope"}
 _PREVIEW_BATCH = 1000
+# A plan gets one more runner per this many rows left, up to the caller's maximum.
+_ROWS_PER_EXTRA_RUNNER = 2000
 
 
 def _freeze_filters(filters: dict[str, Any]) -> dict[str, Any]:
@@ -149,6 +151,28 @@ def execute_requeue_plan(*, plan_id: str, actor: Actor) -> RequeuePlan:
         dispatch.enqueue_plan(plan.plan_id)
         logger.info("requeue plan %s queued by %s@%s", plan_id, actor.name, actor.surface)
     return plan
+
+
+def fan_out_requeue_plan(plan_id: str, *, runners: int) -> int:
+    """Queue extra runners for a big queued or running plan; returns how many were queued.
+
+    Runners of one plan take its batches in turn under the plan's row lock (each receipt
+    is still acted on once, and the cursor still resumes), so a second runner overlaps its
+    batch's database work with the first one's publishing and lets another worker share
+    the plan. Extra runners never fan out again.
+    """
+    plan = (
+        RequeuePlan.objects.filter(plan_id=plan_id, state__in=("queued", "running"))
+        .values("total", "processed")
+        .first()
+    )
+    if plan is None:
+        return 0
+    remaining = max(0, plan["total"] - plan["processed"])
+    extra = max(0, min(runners - 1, remaining // _ROWS_PER_EXTRA_RUNNER))
+    for _ in range(extra):
+        dispatch.enqueue_on_commit("execute_requeue_plan", plan_id, fan_out=False)
+    return extra
 
 
 def run_requeue_plan(

@@ -108,7 +108,11 @@ def _fence_reason(receipt: Receipt, live: str | None) -> str | None:
 
 
 class RowFacts(NamedTuple):
-    """The columns the rules read, without building a model instance (plan dry runs)."""
+    """A row's columns the plans use, without building a model instance.
+
+    The rules read the first nine; plan execution also needs the stamp its compare-and-set
+    pins and the turn a requeued checkpoint retakes.
+    """
 
     pk: int
     receipt_id: str
@@ -119,6 +123,8 @@ class RowFacts(NamedTuple):
     created_at: int
     coverage_entry_count: int | None
     next_retry_at_ms: int | None
+    updated_at: int
+    turn_id: str | None
 
 
 ROW_FACT_FIELDS = ("pk", *RowFacts._fields[1:])
