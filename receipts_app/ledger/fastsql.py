@@ -27,7 +27,7 @@ import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from django.db import connection
@@ -93,7 +93,7 @@ def is_postgres() -> bool:
     return connection.vendor == "postgresql"
 
 
-@cache
+@lru_cache(maxsize=512)
 def _qmark(sql: str) -> str:
     # What Django's SQLite cursor does to every query (our SQL has no literal "%"), done once.
     return sql.replace("%s", "?")
@@ -208,7 +208,7 @@ def _sqlite_event(
 # --- update ---------------------------------------------------------------------------------
 
 
-@cache
+@lru_cache(maxsize=256)  # one per combination of updated columns actually used
 def _update_sql(names: tuple[str, ...], vendor: str, audited: bool) -> str:
     sets = ", ".join(f"{n} = %s" for n in names)
     if vendor != "postgresql":
@@ -291,7 +291,7 @@ def _pg_bulk_sql() -> str:
     )
 
 
-@cache
+@lru_cache(maxsize=8)  # full batches share one; only the last chunk varies
 def _sqlite_bulk_sql(rows: int) -> str:
     one = f"({', '.join(['%s'] * len(WRITE_FIELDS))})"
     return (
