@@ -30,6 +30,8 @@ _RETRY: dict[str, Any] = {
 }
 # Plans run in slices so one task never nears its hard limit; the rest is a new message.
 PLAN_SLICE_SECONDS = 240.0
+# Rows per plan batch (one transaction): fewer, larger batches re-run the filter less often.
+PLAN_BATCH_SIZE = 1000
 # Runners per big plan (each a task any worker can take); see fan_out_requeue_plan.
 PLAN_RUNNERS = 2
 
@@ -113,7 +115,9 @@ def execute_requeue_plan(plan_id: str, fan_out: bool = True) -> dict[str, Any]:
     if fan_out:
         fan_out_requeue_plan(plan_id, runners=PLAN_RUNNERS)
     try:
-        plan = run_requeue_plan(plan_id, time_budget_s=PLAN_SLICE_SECONDS)
+        plan = run_requeue_plan(
+            plan_id, batch_size=PLAN_BATCH_SIZE, time_budget_s=PLAN_SLICE_SECONDS
+        )
     except KeyError as exc:
         logger.warning("requeue plan %s not found", plan_id)
         return {"plan_id": plan_id, "state": "not_found", "error": str(exc)}

@@ -80,24 +80,27 @@ def create_requeue_plan(
     counts: Counter[str] = Counter()
     samples: dict[str, list[dict[str, Any]]] = {}
     now = timeutil.now_ms()
-    # Keyset batches rather than one huge cursor; each batch's lookups are two queries.
-    rows_qs = plan_queryset(plan).values_list(*ROW_FACT_FIELDS)
-    for batch in _batches(rows_qs, _PREVIEW_BATCH):
-        context = BatchContext(batch)
-        for row in batch:
-            outcome, message = classify_requeue(row, now_ms=now, context=context)
-            counts[str(outcome)] += 1
-            bucket = samples.setdefault(str(outcome), [])
-            if len(bucket) < sample_size:
-                bucket.append(
-                    {
-                        "receipt_id": row.receipt_id,
-                        "session_key": row.session_key,
-                        "status": row.status,
-                        "reason": row.reason,
-                        "message": message,
-                    }
-                )
+    # One ordered read of the whole selection (a single sort, even when the filter's index
+    # cannot give the plan's order), classified a batch at a time with its lookups in one
+    # query per batch. The transaction keeps PostgreSQL's cursor from being materialised.
+    with transaction.atomic():
+        rows_qs = plan_queryset(plan).values_list(*ROW_FACT_FIELDS)
+        for batch in _stream_batches(rows_qs, _PREVIEW_BATCH):
+            context = BatchContext(batch)
+            for row in batch:
+                outcome, message = classify_requeue(row, now_ms=now, context=context)
+                counts[str(outcome)] += 1
+                bucket = samples.setdefault(str(outcome), [])
+                if len(bucket) < sample_size:
+                    bucket.append(
+                        {
+                            "receipt_id": row.receipt_id,
+                            "session_key": row.session_key,
+                            "status": row.status,
+                            "reason": row.reason,
+                            "message": message,
+                        }
+                    )
     plan.total = sum(counts.values())
     plan.dry_run_counts = dict(counts)
     plan.dry_run_samples = samples
@@ -116,14 +119,15 @@ def _after(qs: QuerySet[Any, Any], created_at: int | None, pk: int | None) -> Qu
     )
 
 
-def _batches(qs: QuerySet[Any, tuple[Any, ...]], size: int) -> Iterator[list[RowFacts]]:
-    cursor: tuple[int | None, int | None] = (None, None)
-    while True:
-        rows = [RowFacts._make(values) for values in _after(qs, *cursor)[:size]]
-        if not rows:
-            return
-        yield rows
-        cursor = (rows[-1].created_at, rows[-1].pk)
+def _stream_batches(qs: QuerySet[Any, tuple[Any, ...]], size: int) -> Iterator[list[RowFacts]]:
+    batch: list[RowFacts] = []
+    for values in qs.iterator(chunk_size=size):
+        batch.append(RowFacts._make(values))
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def get_requeue_plan(plan_id: str) -> RequeuePlan:
