@@ -35,6 +35,7 @@ from opensquilla_site.timeutil import now_ms
 from opensquilla_site.tokens import create_api_token
 from opensquilla_site.wsgi import application
 from receipts_app import checkpoint, ledger, tasks
+from receipts_app.checkpoint import writer as checkpoint_writer
 from receipts_app.audit import Actor
 from receipts_app.models import MemoryDurableReceipt, ReceiptEvent
 from receipts_app.requeue import requeue_receipt, sweep_lost_work
@@ -201,7 +202,8 @@ def test_disk_full_or_read_only_during_the_write_is_recorded(code, words, worksp
     def refuse(*_args, **_kwargs):
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(checkpoint.os, "replace", refuse)
+    # The writer's own os module: the atomic replace is where a full or read-only disk bites.
+    monkeypatch.setattr(checkpoint_writer.os, "replace", refuse)
     with pytest.raises(OSError):
         checkpoint.record_memory_checkpoint(session.session_key)
     (row,) = checkpoint_rows(session.session_key)
