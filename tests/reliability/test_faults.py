@@ -35,8 +35,8 @@ from opensquilla_site.timeutil import now_ms
 from opensquilla_site.tokens import create_api_token
 from opensquilla_site.wsgi import application
 from receipts_app import checkpoint, ledger, tasks
-from receipts_app.checkpoint import writer as checkpoint_writer
 from receipts_app.audit import Actor
+from receipts_app.checkpoint import writer as checkpoint_writer
 from receipts_app.models import MemoryDurableReceipt, ReceiptEvent
 from receipts_app.requeue import requeue_receipt, sweep_lost_work
 from tests.factories import make_session, make_user
