@@ -52,7 +52,7 @@ from tests.worker.conftest import (  # noqa: F401 - fixtures, used by name
     worker_database_url,
 )
 
-# Transactional, and the roles (a data migration) restored after each flush.
+# Transactional: a real worker process must see committed rows (roles come from the factories).
 TX = pytest.mark.django_db(transaction=True)
 
 
