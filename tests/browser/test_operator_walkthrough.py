@@ -32,10 +32,10 @@ from tests.worker.conftest import (  # noqa: F401 - fixtures, used by name
 
 from .conftest import log_in
 
-# serialized_rollback: the roles come from a data migration that a transactional flush erases.
+# Transactional: the live server and the worker see committed rows (roles come from the factories).
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+    pytest.mark.django_db(transaction=True),
 ]
 
 # How long the page may take to show work the worker did (a bound, never an assertion).
