@@ -288,3 +288,47 @@ class TestClaims:
             )
             == 0
         )
+
+
+class TestFastPaths:
+    """The prebuilt-SQL paths return exactly what the ORM would."""
+
+    def test_exact_coverage_lookup_matches_the_orm(self):
+        for n in range(6):
+            ledger.upsert_memory_durable_receipt(
+                _receipt(
+                    receipt_id=f"c{n}",
+                    idempotency_key=f"c{n}",
+                    coverage_turn_id="through-9" if n % 2 else "through-8",
+                    coverage_hash="h",
+                    coverage_entry_count=3,
+                    created_at=100 - n,
+                )
+            )
+        filters = {
+            "session_key": "agent:main:webchat:abc",
+            "session_id": "session-1",
+            "scope": "checkpoint",
+            "status": "checkpoint_saved",
+            "coverage_turn_id": "through-9",
+            "coverage_hash": "h",
+            "coverage_entry_count": 3,
+        }
+        expected = list(
+            MemoryDurableReceipt.objects.filter(**filters).order_by("created_at", "id")[:2]
+        )
+        got = ledger.list_memory_durable_receipts(**filters, limit=2)
+        assert [r.receipt_id for r in got] == [r.receipt_id for r in expected] == ["c5", "c3"]
+        assert [r.created_at for r in got] == [95, 97]
+        assert got[0].coverage_entry_count == 3 and got[0].agent_id == "main"
+        assert ledger.list_memory_durable_receipts(**filters, limit=0) == []
+        assert len(ledger.list_memory_durable_receipts(**filters, limit=-1)) == 3
+
+    def test_bulk_upsert_with_all_null_optional_columns(self):
+        rows = ledger.bulk_upsert_memory_durable_receipts(
+            [_receipt(receipt_id=f"b{n}", idempotency_key=f"b{n}") for n in range(3)]
+        )
+        assert [r.receipt_id for r in rows] == ["b0", "b1", "b2"]
+        stored = MemoryDurableReceipt.objects.get(receipt_id="b1")
+        assert stored.turn_id is None and stored.coverage_entry_count is None
+        assert stored.next_retry_at_ms is None and stored.reason is None
