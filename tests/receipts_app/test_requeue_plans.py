@@ -155,20 +155,20 @@ def test_a_failing_batch_marks_the_plan_failed_and_a_new_execution_resumes(monke
     rows = [repair_row("repair_failed") for _ in range(4)]
     plan = create_requeue_plan(filters={"status": "repair_failed"}, receipt_ids=None, actor=DAVE)
     execute_requeue_plan(plan_id=plan.plan_id, actor=DAVE)
-    real = plans.requeue_receipt
+    real = plans.requeue_batch
 
-    def flaky(**kwargs):
-        if kwargs["receipt_id"] == rows[2].receipt_id:
+    def flaky(targets, **kwargs):
+        if rows[2].receipt_id in {receipt_id for _pk, receipt_id in targets}:
             raise RuntimeError("database went away")
-        return real(**kwargs)
+        return real(targets, **kwargs)
 
-    monkeypatch.setattr(plans, "requeue_receipt", flaky)
+    monkeypatch.setattr(plans, "requeue_batch", flaky)
     failed = run_requeue_plan(plan.plan_id, batch_size=2)
     assert failed.state == "failed"
     assert "database went away" in failed.error
     assert failed.processed == 2  # the failing batch rolled back as a whole
 
-    monkeypatch.setattr(plans, "requeue_receipt", real)
+    monkeypatch.setattr(plans, "requeue_batch", real)
     assert execute_requeue_plan(plan_id=plan.plan_id, actor=DAVE).state == "queued"
     done = run_requeue_plan(plan.plan_id, batch_size=2)
     assert (done.state, done.processed, done.result_counts) == ("done", 4, {"requeued": 4})
