@@ -32,50 +32,33 @@ TARGET_TEXT = {
 
 WHY = {
     "upsert": (
-        "Each `upsert_memory_durable_receipt` is five statements in one transaction: BEGIN, a "
-        "SELECT of the prior `(receipt_id, status)`, the `INSERT … ON CONFLICT DO UPDATE` "
-        "(through `bulk_create(update_conflicts=True)`, which also builds a model instance), a "
-        "second SELECT of the whole stored row, an audit INSERT when the status changed, and "
-        "COMMIT. On PostgreSQL every statement is a loopback round trip and the COMMIT waits "
-        "for the WAL flush. **Fix (receipts_app/ledger.py, owner of the ledger):** one "
-        "statement that does all of it — on PostgreSQL `WITH prior AS (SELECT status FROM "
-        "receipts_app_memorydurablereceipt WHERE idempotency_key = %s FOR UPDATE) INSERT … ON "
-        "CONFLICT (idempotency_key) DO UPDATE SET … RETURNING *, (SELECT status FROM prior)`; "
-        "on SQLite (≥ 3.35) `INSERT … ON CONFLICT … RETURNING *` after the prior SELECT. That "
-        "removes one SELECT and the model round trip; the audit INSERT can be folded into the "
-        "same CTE on PostgreSQL (`INSERT INTO receipts_app_receiptevent … SELECT … WHERE "
-        "prior.status IS DISTINCT FROM new.status`). Section 6 measures exactly this against the "
-        "current code on the same database. The remaining floor on PostgreSQL is the commit's "
-        "WAL flush (`synchronous_commit=on`, which a durable ledger should keep)."
+        "The ledger's hot paths are prebuilt SQL (`receipts_app/ledger/fastsql.py`): on "
+        "PostgreSQL one prepared `INSERT … ON CONFLICT (idempotency_key) DO UPDATE … RETURNING` "
+        "that also reads the prior status (a sub-select sees the pre-statement snapshot) and "
+        "writes the `status_change` audit row in the same statement; on SQLite a prior-status "
+        "read, `INSERT … RETURNING`, and the audit insert, in one IMMEDIATE transaction. What "
+        "is left is not round trips: on PostgreSQL each commit waits for the WAL flush "
+        "(~0.19 ms here; a durable ledger keeps `synchronous_commit=on`) and each row updates 12 "
+        "indexes (0.16-0.29 ms server time per upsert in EXPLAIN ANALYZE); on SQLite the median "
+        "is already 2.6-2.7x the reference's, and the rate is pulled down by WAL "
+        "auto-checkpoint stalls (p99 6-9 ms). **What would close it:** fewer indexes (the two "
+        "path indexes serve only the legacy-import existence check), or running SQLite's WAL "
+        "checkpoint from beat instead of inline (`PRAGMA wal_autocheckpoint`, measured "
+        "3,239-3,322 upserts/s over 8,000 rows), or `synchronous_commit=off` on PostgreSQL — "
+        "each a durability or operations trade-off left to the operator, not taken silently."
     ),
     "status_update": (
-        "`update_memory_durable_receipt` runs SELECT … FOR UPDATE (prior status), UPDATE, a "
-        "SELECT of the full row, and an audit INSERT when the status changes (always, in this "
-        "workload) — four statements plus BEGIN/COMMIT, where the reference runs one UPDATE and "
-        "one SELECT and records no audit trail. The audit row is a product requirement (every "
-        "status change is an event), so the fix is fewer round trips, not less work: on "
-        "PostgreSQL `WITH prior AS (SELECT id, status FROM … WHERE receipt_id = %s FOR UPDATE), "
-        "upd AS (UPDATE … SET … FROM prior WHERE t.id = prior.id RETURNING t.*, prior.status AS "
-        "prior_status) INSERT INTO receipts_app_receiptevent (…) SELECT … FROM upd WHERE "
-        "prior_status IS DISTINCT FROM upd.status RETURNING …` is one round trip; on SQLite "
-        "`UPDATE … RETURNING *` removes the separate SELECT. The reference's SQLite also pays an "
-        "fsync per commit (synchronous=FULL) while ours runs WAL with synchronous=NORMAL, so on "
-        "SQLite the gap is Python/ORM overhead (≈0.2 ms per statement built through the ORM); "
-        "raw `connection.cursor()` SQL for this hot path closes most of it (section 6)."
+        "One prepared statement on PostgreSQL locks the row, reads its prior status, updates "
+        "it and inserts the audit event; on SQLite `UPDATE … RETURNING` plus the audit insert. "
+        "A status change rewrites the entry of every index that contains `status` (five of "
+        "them) and writes an audit row the reference does not keep, so per update we do more "
+        "durable work than the reference; the floor is the same commit flush and index "
+        "maintenance as for the upsert, and the same levers would close it."
     ),
     "coverage_lookup": (
-        "The SQL is the same single index probe as the reference's (`idx_mdr_coverage` has the "
-        "same seven columns), so the difference is per-call overhead: building the QuerySet "
-        "(seven `filter` kwargs, `order_by`, slicing), compiling it to SQL every call, and "
-        "instantiating a Django model; on PostgreSQL also one loopback TCP round trip (the "
-        "reference reads an in-process SQLite file). **Fix:** give the exact lookup (it has one "
-        "fixed shape) a precompiled raw statement — `SELECT <cols> FROM … WHERE session_key=%s "
-        "AND session_id=%s AND scope=%s AND status=%s AND coverage_turn_id=%s AND "
-        "coverage_hash=%s AND coverage_entry_count=%s ORDER BY created_at, id LIMIT 1` through "
-        "`connection.cursor()` and `MemoryDurableReceipt.from_db` — and on PostgreSQL let "
-        "psycopg prepare it server-side (`OPTIONS={'prepare_threshold': 1}` in DATABASES) or "
-        "connect over the Unix socket. Section 6 measures the raw statement. Absolute p50 stays far below the 2 ms product target "
-        "at every size (see Scale)."
+        "The exact lookup is a fixed, prepared statement over `idx_mdr_coverage` (the same "
+        "seven columns as the reference's index). A miss would come from per-call Python "
+        "overhead dominating a sub-0.1 ms probe on a loaded machine."
     ),
     "list_by_status": (
         "Ours reads `idx_mdr_status_created` (status, created_at, id) and stops after 100 "
@@ -84,84 +67,45 @@ WHY = {
         "reference's scan is still cheap; at 200,000 rows the scan dominates."
     ),
     "bulk": (
-        "Per batch of 1,000 the endpoint validates 1,000 pydantic `ReceiptIn`, builds 1,000 "
-        "Django model instances, runs `bulk_create(update_conflicts=True)` in two 500-row "
-        "chunks, re-SELECTs all 1,000 stored rows by `idempotency_key IN (…)`, then serialises "
-        "1,000 full `ReceiptOut` rows (about 20 fields each) back to JSON. The in-process "
-        "`ledger.bulk_upsert_memory_durable_receipts` figure above (no HTTP, no pydantic, no "
-        "response) is the ceiling of the current statement shape, and it is itself below "
-        "20,000/s: the table carries 11 indexes, every one updated per row, on a 2-core box "
-        "shared by PostgreSQL, gunicorn and the load generator. **Fixes, in order of effect:** "
-        "(1) in `bulk_upsert_memory_durable_receipts`, one `INSERT … SELECT FROM unnest(%s::"
-        "text[], …) ON CONFLICT (idempotency_key) DO UPDATE … RETURNING receipt_id, "
-        "idempotency_key, status, created_at, updated_at` per batch with psycopg binary "
-        "parameters, instead of model instances, two chunks and a re-SELECT; (2) in the bulk "
-        "endpoint, answer with a compact result (`index`, `receipt_id`, `status`, "
-        "`created_at`) unless the caller asks for full rows, and render with orjson; (3) review "
-        "the two path indexes (`idx_mdr_source_path`, `idx_mdr_target_path`): wide text "
-        "B-trees updated on every insert that only `memory_durable_receipt_exists_for_path` "
-        "reads. Whether 20,000/s is reachable on 2 shared cores after (1)–(3) is not "
-        "measured."
+        "The bulk upsert is one `INSERT … SELECT FROM unnest(…)` per 1,000 rows with binary "
+        "parameters and no re-select; the endpoint validates rows without ninja's per-row "
+        "wrapper and renders the stored rows straight to JSON. The database insert itself "
+        "costs 47-70 ms per 1,000 rows because every row updates 12 indexes, and gunicorn, "
+        "PostgreSQL and the load generator share the same 2 cores, which caps the endpoint "
+        "around 11,000 receipts/s on a quiet machine. **What would close it:** fewer indexes "
+        "on the receipt table, and a load generator on another machine; returning compact "
+        "rows was measured and does not help (100 ms vs 102 ms per batch)."
     ),
     "pages": (
-        "Every receipts page issues 21 queries: the first page (keyset, 50 rows — cheap on "
-        "`idx_mdr_status_created` / `idx_mdr_created`), a capped total count, and "
-        "`status_counts`, one capped COUNT per known status (`capped_count` = `SELECT count(*) "
-        "FROM (… LIMIT 10001)`). At 1M rows right after seeding, the counts are the whole cost "
-        "(per-render SQL time above): COPY-seeded pages are not yet all-visible, so "
-        "PostgreSQL cannot answer counts with index-only scans and reads the heap — EXPLAIN "
-        "shows a capped status count reading ~1,300 heap pages (~95 ms) and the "
-        "`agent=support&scope=flush` counts doing a bitmap heap scan of 10,000 pages "
-        "(~700 ms), because no index covers (agent_id, scope, status). The table plus its 11 "
-        "indexes are far larger than `shared_buffers` here (Debian's default 128 MB). The "
-        "'after VACUUM' table measures what autovacuum (or a VACUUM after a bulk import) "
-        "gives: the status tabs and the agent+status view drop under the target, the "
-        "agent+scope view does not; the 'with the index' table shows that the missing index "
-        "closes it. **Fixes:** (1) (receipts_app/models.py, lead — a migration) add "
-        "`models.Index(fields=['agent_id', 'scope', 'status', 'created_at', 'id'], "
-        "name='idx_mdr_agent_scope_status')`; (2) (deployment, docs) VACUUM ANALYZE the ledger "
-        "after `import_opensquilla` / bulk seeding, and size `shared_buffers` (~25% of RAM); "
-        "(3) to stay flat beyond 1M, stop counting live on every render: lower the cap to "
-        "1,000, or load the tab counts with a separate htmx request after the first page, or "
-        "keep per-(agent, scope, status) counters updated with each ledger write."
+        "Every receipts page issues a fixed number of queries: the first keyset page and one "
+        "capped COUNT per known status for the tabs (`SELECT count(*) FROM (… LIMIT 10001)`). "
+        "Right after COPY seeding, PostgreSQL cannot answer those counts index-only (the pages "
+        "are not yet all-visible) and reads the heap; the 'after VACUUM' table measures what "
+        "autovacuum (or a VACUUM ANALYZE after a bulk import, as the README advises) gives. The "
+        "(agent_id, scope, status, created_at, id) index is now part of the schema (migration "
+        "0004). **What would close the rest:** stop counting live on every render — load the "
+        "tab counts in a separate htmx request after the first page, lower the cap, or keep "
+        "per-(agent, scope, status) counters with each ledger write."
     ),
     "dry_run": (
-        "`create_requeue_plan` classifies every row with `classify_requeue`, which for a "
-        "`checkpoint_failed` row runs two queries (`find_superseding_checkpoint` and "
-        "`checkpoint_fence`) — 80,000 queries for this 100,000-row cohort (40% checkpoint "
-        "rows), each a loopback round trip, plus a model instance per row. **Fix "
-        "(receipts_app/requeue/plans.py + rules.py):** classify a batch at once — for the "
-        "batch's rows fetch the live `session_id` of all their session keys in one query and "
-        "the best saved checkpoint per `(session_key, session_id)` in one query (`DISTINCT ON "
-        "(session_key, session_id) … ORDER BY session_key, session_id, coverage_entry_count "
-        "DESC, created_at DESC` on PostgreSQL), then classify in Python. That makes the dry run "
-        "two queries per 500 rows plus the keyset scan, and with `.only(<columns classify "
-        "needs>)` it is bounded by reading 100,000 index entries."
+        "The dry run reads the frozen selection in one ordered stream and classifies 1,000 "
+        "rows at a time with one batched lookup (live generations and superseding "
+        "checkpoints) per batch, using the same rule function as a single requeue. A miss "
+        "would be the cost of reading 100,000 rows through Python on a loaded machine."
     ),
     "execute": (
-        "The plan runs as ONE task that walks the rows serially: per row `requeue_receipt` "
-        "opens a savepoint, SELECT … FOR UPDATE, classifies (two more queries for checkpoint "
-        "rows), does the compare-and-set UPDATE, inserts an audit event, and publishes one "
-        "Celery message on commit — ~8 statements and a Redis round trip per row, so the rate "
-        "is a few hundred rows/s at best and the second worker only helps with the follow-up "
-        "checkpoint/repair tasks (which compete for the same 2 cores). **Fix "
-        "(receipts_app/requeue/plans.py):** (1) process a batch set-wise: lock the batch with "
-        "one `SELECT … FOR UPDATE SKIP LOCKED`, classify it with the batched lookups above, move "
-        "each outcome group with one conditional `UPDATE … WHERE id = ANY(%s) AND status = "
-        "… RETURNING`, write the batch's events with one `bulk_create`, and send the batch's "
-        "messages with one Redis pipeline (kombu `producer` in a loop inside one connection, or "
-        "a `group`); (2) fan the plan out: split the frozen keyset range into N slices and run "
-        "them as N tasks so both workers execute it. (1) alone turns ~8 round trips per row "
-        "into ~5 per 500 rows."
+        "Plan execution is set-wise per 1,000-row batch (one locked select, grouped "
+        "compare-and-set UPDATEs, one bulk insert of events, one pipelined publish after "
+        "commit) and a large plan fans out to a second runner. A miss would come from the "
+        "workers sharing 2 cores with PostgreSQL, Redis and the follow-up tasks."
     ),
     "api": (
         "gunicorn runs 2 sync workers on 2 cores shared with PostgreSQL and wrk, so requests/s "
         "is bounded by per-request CPU. Per request: Bearer token lookup (sha256 + one SELECT), "
         "`DATABASE_CONN_MAX_AGE=0` (the default) opens a new PostgreSQL connection per request, "
         "and the list renders 50 full rows through pydantic. **Fixes:** set "
-        "`DATABASE_CONN_MAX_AGE=60` in production (a settings/env change, no code), cache "
-        "token digests for a few seconds, and for the upsert the statement changes described "
-        "under the ledger upsert."
+        "`DATABASE_CONN_MAX_AGE=60` in production (a settings/env change, no code; measured "
+        "below), and cache token digests for a few seconds."
     ),
 }
 
@@ -360,8 +304,8 @@ def _scale(d: dict | None) -> tuple[list[str], list[str]]:
             for n in stages[0]["pages"]
         )
         + " — not flat. The growth comes from the capped counts reading the heap before the "
-        "table is vacuumed (and, for agent+scope, from a missing index); the two tables below "
-        "re-time the same pages on the same 1M-row database after VACUUM and with the index.",
+        "table is vacuumed; the table below re-times the same pages on the same 1M-row "
+        "database after VACUUM.",
         "",
     ]
     av = d.get("after_vacuum")
@@ -383,8 +327,9 @@ def _scale(d: dict | None) -> tuple[list[str], list[str]]:
     avi = d.get("after_vacuum_with_index")
     if avi:
         out += [
-            "Then with the index the filtered views lack, created on the benchmark database "
-            f"only (`{avi['index']}`):",
+            "Then with a duplicate of the (agent_id, scope, status, created_at, id) index, which "
+            "migration 0004 now ships, to confirm it changes nothing further "
+            f"(`{avi['index']}`):",
             "",
             "| page | p50 | SQL per render | target |",
             "|---|---|---|---|",
