@@ -72,7 +72,7 @@ WHY = {
         "wrapper and renders the stored rows straight to JSON. The database insert itself "
         "costs 47-70 ms per 1,000 rows because every row updates 12 indexes, and gunicorn, "
         "PostgreSQL and the load generator share the same 2 cores, which caps the endpoint "
-        "around 11,000 receipts/s on a quiet machine. **What would close it:** fewer indexes "
+        "at roughly 11,000-13,000 receipts/s here. **What would close it:** fewer indexes "
         "on the receipt table, and a load generator on another machine; returning compact "
         "rows was measured and does not help (100 ms vs 102 ms per batch)."
     ),
