@@ -11,14 +11,13 @@ import json
 from typing import Any
 from urllib.parse import urlencode
 
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from ninja import Body, Query, Router, Status
 from ninja.decorators import decorate_view
 
 from opensquilla_site.auth import OPERATE, READ, Principal, principal
-from opensquilla_site.exceptions import ApplicationError, ConflictError, NotFoundError
+from opensquilla_site.exceptions import ConflictError, NotFoundError
 from opensquilla_site.idempotency import run_idempotent
 from opensquilla_site.limits import BULK_MAX_BODY_BYTES, body_limit
 from opensquilla_site.pagination import keyset_page
@@ -27,9 +26,8 @@ from opensquilla_site.timeutil import now_ms
 from sessions_app.keys import canonicalize_session_key, normalize_agent_id
 from sessions_app.selectors import get_session_or_404
 
-from . import flush_runtime, health, ledger, requeue, services
+from . import health, ledger, requeue, services
 from .audit import Actor, acting_as
-from .checkpoint import record_memory_checkpoint
 from .models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
 from .schemas import (
     RECEIPT_OUT_KEYS,
@@ -56,9 +54,7 @@ from .schemas import (
     TaskOut,
 )
 from .selectors import (
-    ReceiptFilter,
     current_checkpoint_coverage,
-    filter_receipts,
     get_receipt,
     page_receipts,
 )
@@ -69,13 +65,6 @@ session_receipts_router = Router(tags=["sessions"])
 
 class StaleReceipt(ConflictError):
     code = "stale"
-
-
-class CheckpointNotRecorded(ApplicationError):
-    """The checkpoint failed before even a failure receipt could be written (a timeout)."""
-
-    code = "checkpoint_not_recorded"
-    status = 503
 
 
 def _actor(caller: Principal) -> Actor:
@@ -353,7 +342,12 @@ def create_checkpoint(
 
     def act() -> Status[Any]:
         if wait:
-            return Status(200, ReceiptOut.from_orm(_checkpoint_now(key, turn_id, _actor(caller))))
+            return Status(
+                200,
+                ReceiptOut.from_orm(
+                    services.checkpoint_now(session_key=key, actor=_actor(caller), turn_id=turn_id)
+                ),
+            )
         started = now_ms()
         task_id = services.enqueue_checkpoint(
             session_key=key, actor=_actor(caller), turn_id=turn_id
@@ -364,36 +358,6 @@ def create_checkpoint(
         return Status(202, TaskOut(task_id=task_id, status_url=url))
 
     return run_idempotent(request, owner=caller.idempotency_owner, action=act)
-
-
-def _checkpoint_now(key: str, turn_id: str | None, actor: Actor) -> MemoryDurableReceipt:
-    with acting_as(actor):
-        try:
-            return record_memory_checkpoint(
-                key,
-                turn_id=turn_id,
-                timeout=getattr(settings, "OPENSQUILLA_CHECKPOINT_TIMEOUT", None),
-            )
-        except (KeyError, ValueError):
-            raise  # missing session (404), generation fence (409), empty transcript (422)
-        except Exception as exc:  # noqa: BLE001 - the failure is a receipt; return it
-            failed = (
-                filter_receipts(
-                    ReceiptFilter(
-                        session_key=canonicalize_session_key(key),
-                        scopes=("checkpoint",),
-                        statuses=("checkpoint_failed",),
-                    )
-                )
-                .filter(reason=str(exc))
-                .order_by("-updated_at", "-id")
-                .first()
-            )
-            if failed is None:
-                raise CheckpointNotRecorded(
-                    f"checkpoint failed and was not recorded: {exc}"
-                ) from exc
-            return failed
 
 
 @session_receipts_router.post(
@@ -414,10 +378,7 @@ def flush_session(request: HttpRequest, key: str, wait: bool = False) -> Status[
             task_id = services.enqueue_flush(session_key=key, actor=_actor(caller))
             url = _receipts_url(session_key=canonical, updated_from=started)
             return Status(202, TaskOut(task_id=task_id, status_url=url))
-        get_session_or_404(key)
-        with acting_as(_actor(caller)):
-            outcome = flush_runtime.flush_session(key)
-        written = filter_receipts(ReceiptFilter(session_key=canonical, updated_from=started))
+        outcome, written = services.flush_now(session_key=key, actor=_actor(caller))
         flushed = FlushOut(
             mode=str(outcome.mode),
             result_status=str(outcome.result_status),
@@ -425,7 +386,7 @@ def flush_session(request: HttpRequest, key: str, wait: bool = False) -> Status[
             message_count=outcome.message_count,
             raw_reason=str(outcome.raw_reason) if outcome.raw_reason else None,
             error=outcome.error,
-            receipts=[ReceiptOut.from_orm(r) for r in written.order_by("created_at", "id")[:100]],
+            receipts=[ReceiptOut.from_orm(r) for r in written],
         )
         return Status(200, flushed)
 

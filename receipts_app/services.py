@@ -1,4 +1,5 @@
-"""Trigger services: "checkpoint now" and "flush now", and the checkpoint task's body.
+"""Trigger services: "checkpoint now" and "flush now" (queued or in-process), and the
+checkpoint task's body.
 
 Surfaces (console, API, CLI) call ``enqueue_checkpoint`` / ``enqueue_flush``; the input is
 checked here, before anything is queued, so a bad request gets a clear error instead of a
@@ -13,6 +14,8 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from opensquilla_site.exceptions import ApplicationError
+from opensquilla_site.timeutil import now_ms
 from sessions_app import services as session_services
 from sessions_app.keys import canonicalize_session_key
 from sessions_app.models import Session, TranscriptEntry
@@ -69,16 +72,24 @@ def enqueue_flush(*, session_key: str, actor: Actor) -> str:
 
 
 def _record_trigger(
-    action: str, session: Session, actor: Actor, task_id: str, *, turn_id: str | None = None
+    action: str,
+    session: Session,
+    actor: Actor,
+    task_id: str | None,
+    *,
+    turn_id: str | None = None,
+    outcome: str = "queued",
 ) -> None:
-    details: dict[str, Any] = {"task_id": task_id, "session_id": session.session_id}
+    details: dict[str, Any] = {"session_id": session.session_id}
+    if task_id:
+        details["task_id"] = task_id
     if turn_id:
         details["turn_id"] = turn_id
     audit.record_event(
         receipt_id="",
         session_key=session.session_key,
         action=action,
-        outcome="queued",
+        outcome=outcome,
         details=details,
         actor=actor,
     )
@@ -152,3 +163,68 @@ def _failure(session_key: str, error: BaseException, requeue_of: str | None) -> 
         "error": f"{type(error).__name__}: {error}",
         "requeue_of": requeue_of,
     }
+
+
+class CheckpointNotRecorded(ApplicationError):
+    """The checkpoint failed before even a failure receipt could be written (a timeout)."""
+
+    code = "checkpoint_not_recorded"
+    status = 503
+
+
+def checkpoint_now(
+    *, session_key: str, actor: Actor, turn_id: str | None = None
+) -> MemoryDurableReceipt:
+    """Run a checkpoint in the caller's process and return the receipt it left.
+
+    That is the saved receipt, or — when the write failed — the ``checkpoint_failed`` receipt
+    the checkpoint service recorded for that error. ``KeyError`` (missing session or a
+    generation fence) and ``ValueError`` (empty transcript) propagate; a failure that left no
+    receipt (the deadline ran out) raises ``CheckpointNotRecorded``.
+    """
+    session = _live_session(session_key)
+    _record_trigger("checkpoint_now", session, actor, None, turn_id=turn_id, outcome="in_process")
+    with audit.acting_as(actor):
+        try:
+            return checkpoint.record_memory_checkpoint(
+                session_key,
+                turn_id=turn_id,
+                timeout=getattr(settings, "OPENSQUILLA_CHECKPOINT_TIMEOUT", None),
+            )
+        except (KeyError, ValueError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the failure is a receipt; return it
+            failed = (
+                MemoryDurableReceipt.objects.filter(
+                    session_key=canonicalize_session_key(session_key),
+                    scope="checkpoint",
+                    status=CHECKPOINT_FAILED,
+                    reason=str(exc),
+                )
+                .order_by("-updated_at", "-id")
+                .first()
+            )
+            if failed is None:
+                raise CheckpointNotRecorded(
+                    f"checkpoint failed and was not recorded: {exc}"
+                ) from exc
+            return failed
+
+
+def flush_now(*, session_key: str, actor: Actor) -> tuple[Any, list[MemoryDurableReceipt]]:
+    """Run a flush in the caller's process; returns its FlushReceipt and the ledger rows of
+    the session written since it started (oldest first, at most 100). ``KeyError`` for an
+    unknown session."""
+    from . import flush_runtime
+
+    session = _live_session(session_key)
+    _record_trigger("flush_now", session, actor, None, outcome="in_process")
+    started = now_ms()
+    with audit.acting_as(actor):
+        outcome = flush_runtime.flush_session(session.session_key)
+    written = list(
+        MemoryDurableReceipt.objects.filter(
+            session_key=session.session_key, updated_at__gte=started
+        ).order_by("created_at", "id")[:100]
+    )
+    return outcome, written

@@ -19,7 +19,6 @@ from .. import console_selectors as cs
 from ..models import MemoryDurableReceipt
 from ..requeue import acknowledge_receipt, available_actions, requeue_receipt
 from ..requeue.rules import (
-    ACKNOWLEDGEABLE_STATUSES,
     CHECKPOINT_FAILED,
     REPAIR_PENDING,
     TERMINAL_REPAIR_STATUSES,
@@ -176,7 +175,6 @@ def _detail_context(request: HtmxHttpRequest, receipt: MemoryDurableReceipt) -> 
         "preview": cs.receipt_preview(receipt),
         "actions": available_actions(receipt),
         "can_operate": can_operate(request.user),
-        "acknowledgeable": receipt.status in ACKNOWLEDGEABLE_STATUSES,
     }
 
 
