@@ -83,6 +83,8 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            # The console keeps its template tags beside its views (receipts_app/console/).
+            "libraries": {"console": "receipts_app.console.templatetags"},
         },
     },
 ]

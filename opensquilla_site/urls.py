@@ -9,8 +9,7 @@ urlpatterns = [
     path("accounts/login/", RateLimitedLoginView.as_view(), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/v1/", api.urls),
-    path("sessions/", include("sessions_app.urls")),
-    path("", include("receipts_app.urls")),
+    path("", include("receipts_app.console.urls")),
 ]
 
 handler404 = "opensquilla_site.views.not_found"

@@ -12,12 +12,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 
-GOLDEN_DIR = Path(
-    os.environ.get(
-        "OPENSQUILLA_GOLDEN_DIR",
-        Path(__file__).resolve().parent.parent.parent / "shared" / "golden",
-    )
-)
+# Written by PyPI opensquilla==0.3.0 (bench/make_golden.py regenerates it); see tests/golden/README.md.
+GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 SERVICE_MARKERS = ("postgres", "redis", "browser", "worker")
 REQUIRE_SERVICES = os.environ.get("OPENSQUILLA_REQUIRE_SERVICES") == "1"
 
@@ -57,7 +53,7 @@ def workspace(tmp_path, settings) -> Path:
 @pytest.fixture
 def golden_dir() -> Path:
     if not GOLDEN_DIR.is_dir():
-        pytest.fail(f"golden data not found at {GOLDEN_DIR}; set OPENSQUILLA_GOLDEN_DIR")
+        pytest.fail(f"golden data not found at {GOLDEN_DIR}")
     return GOLDEN_DIR
 
 

@@ -87,14 +87,14 @@ def test_receipt_list_accepts_dates_for_time_ranges(viewer_client):
 
 
 def test_receipt_list_status_tabs_show_capped_counts(viewer_client, monkeypatch):
-    from receipts_app.views import receipts as views
+    from receipts_app.console.views import receipts as views
 
     for _ in range(4):
         _failed()
     # A cap of 2 stands in for 10,000: counting stops there and the tab says "2+".
     original = views.status_counts
     monkeypatch.setattr(views, "status_counts", lambda f: original(f, cap=2))
-    monkeypatch.setattr("receipts_app.templatetags.console.COUNT_CAP", 2)
+    monkeypatch.setattr("receipts_app.console.templatetags.COUNT_CAP", 2)
     body = viewer_client.get(reverse("receipts:list")).content.decode()
     assert 'checkpoint_failed <span class="count">2+</span>' in body
 
@@ -243,7 +243,7 @@ def test_long_transcript_content_is_collapsed(viewer_client):
 
 
 def test_ms_filter_renders_dates():
-    from receipts_app.templatetags.console import capped, ms_date
+    from receipts_app.console.templatetags import capped, ms_date
 
     assert ms_date(0) == "1970-01-01 00:00:00 UTC"
     assert ms_date(None) == "—"

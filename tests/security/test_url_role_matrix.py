@@ -120,7 +120,7 @@ def _admin_model(
 # (url name, or the route of an unnamed pattern; method) -> the least role that may use it.
 
 EXPECTED: dict[tuple[str, str], Rule] = {
-    # Console (receipts_app.urls, sessions_app.urls)
+    # Console (receipts_app.console.urls)
     ("receipts:overview", "GET"): console(VIEWER),
     ("receipts:list", "GET"): console(VIEWER),
     ("receipts:new_count", "GET"): console(VIEWER),

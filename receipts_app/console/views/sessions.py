@@ -1,7 +1,7 @@
 """Session pages: a searchable list and a detail page with the escaped transcript.
 
-The memory panel of the detail page (checkpoints, coverage, trigger buttons) is served by
-``receipts_app`` and loaded by URL name, so this app never imports ``receipts_app``.
+The memory panel of the detail page (checkpoints, coverage, trigger buttons) is its own view
+(``session_memory``), loaded into the page by URL name.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
 from opensquilla_site.exceptions import ValidationFailed
-
-from .selectors import get_session_or_404, page_sessions, page_transcript
+from sessions_app.selectors import get_session_or_404, page_sessions, page_transcript
 
 
 class HtmxHttpRequest(HttpRequest):

@@ -23,9 +23,9 @@ from opensquilla_site.pagination import Page, keyset_page
 from opensquilla_site.timeutil import now_ms
 from sessions_app.keys import normalize_agent_id
 
-from .ledger import literal_prefix
-from .models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
-from .selectors import FAILURE_STATUSES
+from ..ledger import literal_prefix
+from ..models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
+from ..selectors import FAILURE_STATUSES
 
 # --- overview counts ----------------------------------------------------------------------
 

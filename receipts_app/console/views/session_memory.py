@@ -16,10 +16,10 @@ from django_htmx.http import trigger_client_event
 from sessions_app.models import Session
 from sessions_app.selectors import get_session_or_404
 
-from .. import console_selectors as cs
-from ..selectors import current_checkpoint_coverage
-from ..services import enqueue_checkpoint, enqueue_flush
-from .helpers import (
+from ...selectors import current_checkpoint_coverage
+from ...services import enqueue_checkpoint, enqueue_flush
+from .. import selectors as cs
+from ..helpers import (
     CHANGED_EVENT,
     OPERATE_PERM,
     VIEW_PERM,

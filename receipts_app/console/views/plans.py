@@ -9,11 +9,11 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
-from .. import console_selectors as cs
-from ..models import RequeuePlan
-from ..requeue import create_requeue_plan, execute_requeue_plan, get_requeue_plan
-from ..selectors import ReceiptFilter
-from .helpers import (
+from ...models import RequeuePlan
+from ...requeue import create_requeue_plan, execute_requeue_plan, get_requeue_plan
+from ...selectors import ReceiptFilter
+from .. import selectors as cs
+from ..helpers import (
     CHANGED_EVENT,
     OPERATE_PERM,
     VIEW_PLANS_PERM,

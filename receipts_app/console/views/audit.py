@@ -8,9 +8,9 @@ from django.views.decorators.http import require_GET
 
 from opensquilla_site.exceptions import ValidationFailed
 
-from .. import console_selectors as cs
-from ..models import ReceiptEvent
-from .helpers import VIEW_EVENTS_PERM, HtmxHttpRequest, console_view, int_param
+from ...models import ReceiptEvent
+from .. import selectors as cs
+from ..helpers import VIEW_EVENTS_PERM, HtmxHttpRequest, console_view, int_param
 
 
 @require_GET

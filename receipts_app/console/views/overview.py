@@ -6,10 +6,10 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from .. import console_selectors as cs
-from ..health import health_by_agent
-from ..selectors import FAILURE_STATUSES, KNOWN_STATUSES, ReceiptFilter, status_counts
-from .helpers import VIEW_PERM, HtmxHttpRequest, can_operate, console_view
+from ...health import health_by_agent
+from ...selectors import FAILURE_STATUSES, KNOWN_STATUSES, ReceiptFilter, status_counts
+from .. import selectors as cs
+from ..helpers import VIEW_PERM, HtmxHttpRequest, can_operate, console_view
 
 
 @require_GET

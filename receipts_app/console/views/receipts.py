@@ -15,15 +15,14 @@ from django_htmx.http import trigger_client_event
 from opensquilla_site.exceptions import ValidationFailed
 from opensquilla_site.pagination import decode_cursor, encode_cursor
 
-from .. import console_selectors as cs
-from ..models import MemoryDurableReceipt
-from ..requeue import acknowledge_receipt, available_actions, requeue_receipt
-from ..requeue.rules import (
+from ...models import MemoryDurableReceipt
+from ...requeue import acknowledge_receipt, available_actions, requeue_receipt
+from ...requeue.rules import (
     CHECKPOINT_FAILED,
     REPAIR_PENDING,
     TERMINAL_REPAIR_STATUSES,
 )
-from ..selectors import (
+from ...selectors import (
     FAILURE_STATUSES,
     KNOWN_SCOPES,
     KNOWN_STATUSES,
@@ -34,7 +33,8 @@ from ..selectors import (
     page_receipts,
     status_counts,
 )
-from .helpers import (
+from .. import selectors as cs
+from ..helpers import (
     CHANGED_EVENT,
     OPERATE_PERM,
     VIEW_PERM,
@@ -44,7 +44,7 @@ from .helpers import (
     int_param,
     render_error,
 )
-from .helpers import console_view as _console_view
+from ..helpers import console_view as _console_view
 
 # Rows that get a one-click requeue button. The engine still decides the outcome; this only
 # keeps the button off rows where it could never do anything (successes, in-flight work).

@@ -1,0 +1,50 @@
+"""Console URLs. Two namespaces: ``receipts`` (the ledger pages) and ``sessions``."""
+
+from django.urls import include, path
+
+from .views import audit, overview, plans, receipts, session_memory, sessions
+
+receipt_patterns = (
+    [
+        path("", overview.overview, name="overview"),
+        path("receipts/", receipts.receipt_list, name="list"),
+        path("receipts/new-count/", receipts.receipt_new_count, name="new_count"),
+        # Receipt ids are free text (imports, the API): the path converter accepts any of them.
+        # The action routes come first so an id never swallows their suffix.
+        path("receipts/<path:receipt_id>/requeue/", receipts.receipt_requeue, name="requeue"),
+        path(
+            "receipts/<path:receipt_id>/acknowledge/",
+            receipts.receipt_acknowledge,
+            name="acknowledge",
+        ),
+        path("receipts/<path:receipt_id>/", receipts.receipt_detail, name="detail"),
+        path("plans/", plans.plan_list, name="plans"),
+        path("plans/new/", plans.plan_create, name="plan_create"),
+        path("plans/<str:plan_id>/", plans.plan_detail, name="plan_detail"),
+        path("plans/<str:plan_id>/progress/", plans.plan_progress, name="plan_progress"),
+        path("plans/<str:plan_id>/execute/", plans.plan_execute, name="plan_execute"),
+        path("audit/", audit.audit_log, name="audit"),
+        path("session-memory/", session_memory.session_memory, name="session_memory"),
+        path(
+            "session-memory/checkpoint/",
+            session_memory.session_checkpoint_now,
+            name="session_checkpoint",
+        ),
+        path("session-memory/flush/", session_memory.session_flush_now, name="session_flush"),
+    ],
+    "receipts",
+)
+
+session_patterns = (
+    [
+        path("", sessions.session_list, name="list"),
+        # Keys are free text (colons, slashes): the path converter keeps them whole.
+        path("s/<path:session_key>", sessions.session_detail, name="detail"),
+    ],
+    "sessions",
+)
+
+urlpatterns = [
+    path("sessions/", include(session_patterns)),
+    path("", include(receipt_patterns)),
+]
