@@ -15,14 +15,14 @@ from django.db.models import QuerySet
 from opensquilla_site import timeutil
 from sessions_app.keys import agent_prefix
 
-from .ledger import REPAIR_QUEUE_STATUSES, literal_prefix
+from .ledger import literal_prefix
 from .models import MemoryDurableReceipt
-from .requeue.rules import CHECKPOINT_REQUEUED, RESOLVED_STATUSES
+from .statuses import MEMORY_SAFETY_ERROR_STATUSES as SAFETY_ERROR_STATUSES
+from .statuses import REPAIR_QUEUE_STATUSES, RESOLVED_STATUSES
 
 SAMPLE_LIMIT = 1000
 BACKLOG_WARNING_COUNT = 10
 BACKLOG_WARNING_AGE_MS = 24 * 60 * 60 * 1000
-SAFETY_ERROR_STATUSES = ("checkpoint_failed", CHECKPOINT_REQUEUED, "receipt_orphaned")
 
 
 def _scoped(agent_id: str | None) -> QuerySet[MemoryDurableReceipt]:

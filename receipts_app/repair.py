@@ -43,16 +43,13 @@ from .flush import (
 from .flush.archive import raw_fallback_header_reason
 from .flush_runtime import build_flush_service, memory_workspace_for_agent
 from .models import MemoryDurableReceipt
+from .statuses import REPAIR_ABANDONED, REPAIR_DONE, REPAIR_PENDING, REPAIR_RUNNING
 
 logger = logging.getLogger(__name__)
 
 RAW_FALLBACK_DIR = "memory/.raw_fallbacks"
 RAW_FALLBACK_PREFIX = RAW_FALLBACK_DIR + "/"
 REPAIR_RECEIPTS_DIRNAME = ".repair_receipts"
-REPAIR_PENDING = "repair_pending"
-REPAIR_RUNNING = "repair_running"
-REPAIR_DONE = "repair_done"
-REPAIR_ABANDONED = "repair_abandoned"
 # Failed attempt n waits BACKOFF_MS[n]; the MAX_REPAIR_ATTEMPTS-th failure abandons the row.
 BACKOFF_MS: dict[int, int] = {1: 300_000, 2: 1_800_000, 3: 21_600_000}
 MAX_REPAIR_ATTEMPTS = 4

@@ -23,35 +23,10 @@ from sessions_app.services import get_transcript
 from .checkpoint import checkpoint_coverage_hash, checkpoint_turn_id
 from .ledger import due_q, list_memory_durable_receipts, literal_prefix
 from .models import MemoryDurableReceipt
+from .statuses import FAILURE_STATUSES as FAILURE_STATUSES
+from .statuses import KNOWN_SCOPES as KNOWN_SCOPES
+from .statuses import KNOWN_STATUSES as KNOWN_STATUSES
 
-# The vocabulary shown as console tabs, upstream's first (DOMAIN.md 2.2), then ours.
-KNOWN_STATUSES: tuple[str, ...] = (
-    "checkpoint_failed",
-    "repair_failed",
-    "repair_abandoned",
-    "repair_pending",
-    "repair_running",
-    "checkpoint_requeued",
-    "checkpoint_saved",
-    "preimage_saved",
-    "flush_appended",
-    "repair_done",
-    "checkpoint_recovered",
-    "checkpoint_superseded",
-    "acknowledged",
-    "distill_failed",
-    "flush_failed",
-    "receipt_orphaned",
-    "hash_mismatch",
-)
-FAILURE_STATUSES: tuple[str, ...] = (
-    "checkpoint_failed",
-    "repair_failed",
-    "repair_abandoned",
-    "receipt_orphaned",
-    "hash_mismatch",
-)
-KNOWN_SCOPES: tuple[str, ...] = ("checkpoint", "preimage", "flush", "repair")
 COUNT_CAP = 10_000
 _MS_MAX = 10**15  # about year 33658: anything larger is a typo, not a time
 

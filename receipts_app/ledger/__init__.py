@@ -31,16 +31,14 @@ from sessions_app.models import Session
 
 from .. import audit
 from ..models import MemoryDurableReceipt, new_receipt_id
+from ..statuses import REPAIR_PENDING as REPAIR_PENDING_STATUS
+from ..statuses import REPAIR_QUEUE_STATUSES as REPAIR_QUEUE_STATUSES
+from ..statuses import REPAIR_RUNNING as REPAIR_RUNNING_STATUS
 from . import fastsql
 from .columns import CONFLICT_UPDATE_FIELDS as CONFLICT_UPDATE_FIELDS
 from .columns import COVERAGE_FILTERS as COVERAGE_FILTERS
 from .columns import LEDGER_FIELDS, UPDATABLE_FIELDS
 from .columns import WRITE_FIELDS as WRITE_FIELDS
-
-# Upstream's queue set: rows in these statuses are claimable by the repair worker.
-REPAIR_QUEUE_STATUSES: tuple[str, ...] = ("repair_pending", "distill_failed", "flush_failed")
-REPAIR_RUNNING_STATUS = "repair_running"
-REPAIR_PENDING_STATUS = "repair_pending"
 
 
 def generation_changed(session_key: str) -> KeyError:

@@ -16,38 +16,44 @@ from django.db.models.functions import Coalesce
 from opensquilla_site import timeutil
 from sessions_app.models import Session
 
-from ..ledger import REPAIR_QUEUE_STATUSES
 from ..models import MemoryDurableReceipt
-
-# Statuses this product adds beside upstream's vocabulary (docs/STATUSES.md).
-CHECKPOINT_REQUEUED = "checkpoint_requeued"
-CHECKPOINT_RECOVERED = "checkpoint_recovered"
-CHECKPOINT_SUPERSEDED = "checkpoint_superseded"
-ACKNOWLEDGED = "acknowledged"
-
-CHECKPOINT_FAILED = "checkpoint_failed"
-CHECKPOINT_SAVED = "checkpoint_saved"
-REPAIR_PENDING = "repair_pending"
-REPAIR_RUNNING = "repair_running"
-TERMINAL_REPAIR_STATUSES = ("repair_failed", "repair_abandoned")
-SUCCESS_STATUSES = (
-    CHECKPOINT_SAVED,
-    "preimage_saved",
-    "flush_appended",
-    "repair_done",
-    CHECKPOINT_RECOVERED,
-    CHECKPOINT_SUPERSEDED,
+from ..statuses import (
+    ACKNOWLEDGEABLE_STATUSES as ACKNOWLEDGEABLE_STATUSES,
 )
-# Failures an operator may accept as final with a written reason.
-ACKNOWLEDGEABLE_STATUSES = (
-    CHECKPOINT_FAILED,
-    "repair_failed",
-    "repair_abandoned",
-    "receipt_orphaned",
-    "hash_mismatch",
+from ..statuses import (
+    ACKNOWLEDGED as ACKNOWLEDGED,
 )
-# Statuses that close a failure without replaying it; health never counts them as errors.
-RESOLVED_STATUSES = (CHECKPOINT_RECOVERED, CHECKPOINT_SUPERSEDED, ACKNOWLEDGED)
+from ..statuses import (
+    CHECKPOINT_FAILED as CHECKPOINT_FAILED,
+)
+from ..statuses import (
+    CHECKPOINT_RECOVERED as CHECKPOINT_RECOVERED,
+)
+from ..statuses import (
+    CHECKPOINT_REQUEUED as CHECKPOINT_REQUEUED,
+)
+from ..statuses import (
+    CHECKPOINT_SAVED as CHECKPOINT_SAVED,
+)
+from ..statuses import (
+    CHECKPOINT_SUPERSEDED as CHECKPOINT_SUPERSEDED,
+)
+from ..statuses import (
+    REPAIR_PENDING as REPAIR_PENDING,
+)
+from ..statuses import REPAIR_QUEUE_STATUSES
+from ..statuses import (
+    REPAIR_RUNNING as REPAIR_RUNNING,
+)
+from ..statuses import (
+    RESOLVED_STATUSES as RESOLVED_STATUSES,
+)
+from ..statuses import (
+    SUCCESS_STATUSES as SUCCESS_STATUSES,
+)
+from ..statuses import (
+    TERMINAL_REPAIR_STATUSES as TERMINAL_REPAIR_STATUSES,
+)
 
 
 class Outcome(StrEnum):

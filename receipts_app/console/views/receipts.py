@@ -17,11 +17,6 @@ from opensquilla_site.pagination import decode_cursor, encode_cursor
 
 from ...models import MemoryDurableReceipt
 from ...requeue import acknowledge_receipt, available_actions, requeue_receipt
-from ...requeue.rules import (
-    CHECKPOINT_FAILED,
-    REPAIR_PENDING,
-    TERMINAL_REPAIR_STATUSES,
-)
 from ...selectors import (
     FAILURE_STATUSES,
     KNOWN_SCOPES,
@@ -33,6 +28,7 @@ from ...selectors import (
     page_receipts,
     status_counts,
 )
+from ...statuses import ROW_REQUEUEABLE_STATUSES
 from .. import selectors as cs
 from ..helpers import (
     CHANGED_EVENT,
@@ -48,7 +44,7 @@ from ..helpers import console_view as _console_view
 
 # Rows that get a one-click requeue button. The engine still decides the outcome; this only
 # keeps the button off rows where it could never do anything (successes, in-flight work).
-ROW_REQUEUE_STATUSES = (CHECKPOINT_FAILED, REPAIR_PENDING, *TERMINAL_REPAIR_STATUSES)
+ROW_REQUEUE_STATUSES = ROW_REQUEUEABLE_STATUSES
 NEW_ROWS_CAP = 999
 
 

@@ -1,0 +1,93 @@
+"""The receipt status vocabulary, and the named groups every surface uses.
+
+``status`` is free text in the ledger (an import never rejects an unknown value); these are the
+statuses the product writes or reads. Upstream OpenSquilla's come first, then the four this
+product adds so an operator has a way out of a failure (docs/STATUSES.md says what moves each).
+
+Every page, count, filter, rule and task asks this module which statuses belong to a group, so a
+count and the link that lists its rows cannot disagree.
+"""
+
+from __future__ import annotations
+
+# --- upstream's vocabulary ------------------------------------------------------------------
+CHECKPOINT_SAVED = "checkpoint_saved"
+CHECKPOINT_FAILED = "checkpoint_failed"
+PREIMAGE_SAVED = "preimage_saved"
+FLUSH_APPENDED = "flush_appended"
+REPAIR_PENDING = "repair_pending"
+REPAIR_RUNNING = "repair_running"
+REPAIR_DONE = "repair_done"
+REPAIR_FAILED = "repair_failed"
+REPAIR_ABANDONED = "repair_abandoned"
+DISTILL_FAILED = "distill_failed"
+FLUSH_FAILED = "flush_failed"
+RECEIPT_ORPHANED = "receipt_orphaned"
+HASH_MISMATCH = "hash_mismatch"
+
+# --- added by this product ------------------------------------------------------------------
+CHECKPOINT_REQUEUED = "checkpoint_requeued"
+CHECKPOINT_RECOVERED = "checkpoint_recovered"
+CHECKPOINT_SUPERSEDED = "checkpoint_superseded"
+ACKNOWLEDGED = "acknowledged"
+
+# --- groups -----------------------------------------------------------------------------------
+# The order of the console's status tabs: what needs an operator first.
+KNOWN_STATUSES: tuple[str, ...] = (
+    CHECKPOINT_FAILED,
+    REPAIR_FAILED,
+    REPAIR_ABANDONED,
+    REPAIR_PENDING,
+    REPAIR_RUNNING,
+    CHECKPOINT_REQUEUED,
+    CHECKPOINT_SAVED,
+    PREIMAGE_SAVED,
+    FLUSH_APPENDED,
+    REPAIR_DONE,
+    CHECKPOINT_RECOVERED,
+    CHECKPOINT_SUPERSEDED,
+    ACKNOWLEDGED,
+    DISTILL_FAILED,
+    FLUSH_FAILED,
+    RECEIPT_ORPHANED,
+    HASH_MISMATCH,
+)
+KNOWN_SCOPES: tuple[str, ...] = ("checkpoint", "preimage", "flush", "repair")
+
+# Failures no worker will retry by itself: they wait for an operator to requeue or acknowledge.
+FAILURE_STATUSES: tuple[str, ...] = (
+    CHECKPOINT_FAILED,
+    REPAIR_FAILED,
+    REPAIR_ABANDONED,
+    RECEIPT_ORPHANED,
+    HASH_MISMATCH,
+)
+# An operator may accept exactly the failures above as final, with a written reason.
+ACKNOWLEDGEABLE_STATUSES: tuple[str, ...] = FAILURE_STATUSES
+# Repairs whose automatic budget is spent (or that never had one).
+TERMINAL_REPAIR_STATUSES: tuple[str, ...] = (REPAIR_FAILED, REPAIR_ABANDONED)
+# Rows the repair worker claims when due.
+REPAIR_QUEUE_STATUSES: tuple[str, ...] = (REPAIR_PENDING, DISTILL_FAILED, FLUSH_FAILED)
+# Rows with a one-click requeue in the console; the requeue rules still decide the outcome.
+ROW_REQUEUEABLE_STATUSES: tuple[str, ...] = (
+    CHECKPOINT_FAILED,
+    REPAIR_PENDING,
+    *TERMINAL_REPAIR_STATUSES,
+)
+SUCCESS_STATUSES: tuple[str, ...] = (
+    CHECKPOINT_SAVED,
+    PREIMAGE_SAVED,
+    FLUSH_APPENDED,
+    REPAIR_DONE,
+    CHECKPOINT_RECOVERED,
+    CHECKPOINT_SUPERSEDED,
+)
+# Statuses that close a failure without replaying it; health never counts them as errors.
+RESOLVED_STATUSES: tuple[str, ...] = (CHECKPOINT_RECOVERED, CHECKPOINT_SUPERSEDED, ACKNOWLEDGED)
+# Health's memory-safety errors: content that is not safe anywhere yet. A requeued checkpoint
+# stays one until the worker recovers it.
+MEMORY_SAFETY_ERROR_STATUSES: tuple[str, ...] = (
+    CHECKPOINT_FAILED,
+    CHECKPOINT_REQUEUED,
+    RECEIPT_ORPHANED,
+)
