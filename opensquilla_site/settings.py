@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "opensquilla_site",
     "sessions_app",
     "receipts_app",
+    "receipts_app.mirror",
 ]
 
 MIDDLEWARE = [
@@ -160,6 +161,11 @@ OPENSQUILLA_REPAIR_MAX_ITEMS_PER_TICK = int(
     os.environ.get("OPENSQUILLA_REPAIR_MAX_ITEMS_PER_TICK", "5")
 )
 OPENSQUILLA_CHECKPOINT_TIMEOUT = float(os.environ.get("OPENSQUILLA_CHECKPOINT_TIMEOUT", "120"))
+# Live mirror of a running gateway's <state_dir>/sessions.db (docs/MIRROR.md): unset, the
+# Procfile's mirror process idles.
+OPENSQUILLA_SOURCE_DB = os.environ.get("OPENSQUILLA_SOURCE_DB") or None
+OPENSQUILLA_SOURCE_WORKSPACE = os.environ.get("OPENSQUILLA_SOURCE_WORKSPACE") or None
+OPENSQUILLA_MIRROR_INTERVAL = float(os.environ.get("OPENSQUILLA_MIRROR_INTERVAL", "1"))
 
 # --- Celery ----------------------------------------------------------------------------
 # The embedded broker is kombu's filesystem transport: no server, safe across processes.

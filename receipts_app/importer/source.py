@@ -178,18 +178,24 @@ class SourceDatabase:
     def count(self, table: str) -> int:
         return int(self._run(f"SELECT COUNT(*) FROM {table}").fetchone()[0])  # noqa: S608
 
-    def _run(self, sql: str) -> sqlite3.Cursor:
+    def _run(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         try:
-            return self.conn.execute(sql)
+            return self.conn.execute(sql, params)
         except sqlite3.DatabaseError as exc:
             raise ImportSourceError(f"{self.path} cannot be read: {exc}") from exc
 
-    def _select(self, table: str, order_by: str) -> Iterator[list[dict[str, Any]]]:
+    def _select(
+        self, table: str, order_by: str, where: str = "", params: tuple[Any, ...] = ()
+    ) -> Iterator[list[dict[str, Any]]]:
         present = self.columns[table]
         wanted = REQUIRED_COLUMNS[table] + OPTIONAL_COLUMNS[table]
         # Table and column names come from the constants above, never from the source file.
         select = ", ".join(c if c in present else f"NULL AS {c}" for c in wanted)
-        cursor = self._run(f"SELECT {select} FROM {table} ORDER BY {order_by}")  # noqa: S608
+        condition = f" WHERE {where}" if where else ""
+        cursor = self._run(
+            f"SELECT {select} FROM {table}{condition} ORDER BY {order_by}",  # noqa: S608
+            params,
+        )
         while True:
             try:
                 batch = cursor.fetchmany(CHUNK)
@@ -212,6 +218,45 @@ class SourceDatabase:
         order = "created_at, rowid" if self._has_rowid() else "created_at, receipt_id"
         for batch in self._select("memory_durable_receipts", order):
             yield [_receipt(row) for row in batch]
+
+    # --- incremental reads (the live mirror) ---------------------------------------------
+    # Keyset order on (updated_at, natural key): a change commits with a new updated_at, so
+    # everything changed since a cursor comes after it. Upstream has no index on updated_at;
+    # SQLite sorts once per read, and the reader streams the result in CHUNK-row batches.
+
+    def sessions_after(self, updated_at: int, session_key: str) -> Iterator[list[SourceSession]]:
+        where = "updated_at > ? OR (updated_at = ? AND session_key > ?)"
+        params = (updated_at, updated_at, session_key)
+        for batch in self._select("sessions", "updated_at, session_key", where, params):
+            yield [_session(row) for row in batch]
+
+    def entries_after(self, entry_id: int) -> Iterator[list[SourceEntry]]:
+        # AUTOINCREMENT ids: a later commit always has a larger id.
+        for batch in self._select("transcript_entries", "id", "id > ?", (entry_id,)):
+            yield [_entry(row) for row in batch]
+
+    def receipts_after(self, updated_at: int, key: str) -> Iterator[list[SourceReceipt]]:
+        where = "updated_at > ? OR (updated_at = ? AND idempotency_key > ?)"
+        params = (updated_at, updated_at, key)
+        order = "updated_at, idempotency_key"
+        for batch in self._select("memory_durable_receipts", order, where, params):
+            yield [_receipt(row) for row in batch]
+
+    def keys(self, table: str) -> set[str]:
+        """Every session key (``sessions``) or idempotency key (``memory_durable_receipts``)."""
+        column = {"sessions": "session_key", "memory_durable_receipts": "idempotency_key"}[table]
+        cursor = self._run(f"SELECT {column} FROM {table}")  # noqa: S608
+        try:
+            return {str(row[0]) for row in cursor.fetchall()}
+        except sqlite3.DatabaseError as exc:
+            raise ImportSourceError(f"{self.path} cannot be read: {exc}") from exc
+
+    def max_entry_id(self) -> int:
+        return int(self._run("SELECT COALESCE(MAX(id), 0) FROM transcript_entries").fetchone()[0])
+
+    def data_version(self) -> int:
+        """SQLite's per-connection change counter: it moves when another connection commits."""
+        return int(self._run("PRAGMA data_version").fetchone()[0])
 
     def _has_rowid(self) -> bool:
         try:
