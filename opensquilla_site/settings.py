@@ -85,7 +85,10 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
             ],
             # The console keeps its template tags beside its views (receipts_app/console/).
-            "libraries": {"console": "receipts_app.console.templatetags"},
+            "libraries": {
+                "console": "receipts_app.console.templatetags",
+                "mirror": "receipts_app.mirror.templatetags",
+            },
         },
     },
 ]

@@ -26,6 +26,7 @@ from opensquilla_site.schemas import (
 )
 
 from .ledger import LEDGER_FIELDS
+from .mirror.schemas import MirrorStateOut
 from .models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
 from .selectors import ReceiptFilter
 
@@ -348,3 +349,5 @@ class HealthOut(Schema):
 
 class HealthListOut(Schema):
     items: list[HealthOut]
+    # The live OpenSquilla mirror, one entry per followed source (empty when none): docs/MIRROR.md.
+    mirror: list[MirrorStateOut] = []

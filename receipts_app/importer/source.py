@@ -155,9 +155,9 @@ def _json_text(value: Any, what: str) -> Any:
 class SourceDatabase:
     """A validated, read-only OpenSquilla database. Use as a context manager."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, busy_timeout: float = 5.0) -> None:
         self.path = path
-        self.conn = _connect(path)
+        self.conn = _connect(path, busy_timeout)
         try:
             self.columns = _check_schema(self.conn, path)
         except BaseException:
@@ -266,7 +266,7 @@ class SourceDatabase:
         return True
 
 
-def _connect(path: Path) -> sqlite3.Connection:
+def _connect(path: Path, busy_timeout: float = 5.0) -> sqlite3.Connection:
     if not path.exists():
         raise ImportSourceError(f"{path} does not exist")
     if not path.is_file():
@@ -280,12 +280,14 @@ def _connect(path: Path) -> sqlite3.Connection:
         raise ImportSourceError(f"{path} is not an SQLite database")
     uri = f"file:{path.resolve().as_posix()}?mode=ro"
     try:
-        conn = _open(uri)
-    except sqlite3.OperationalError:
+        conn = _open(uri, busy_timeout)
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise ImportSourceError(f"{path} is locked by another process: {exc}") from exc
         # A WAL database in a read-only directory cannot create its -shm file. Reading it
         # as immutable is then the only way in; the operator is told to stop writers first.
         try:
-            conn = _open(f"{uri}&immutable=1")
+            conn = _open(f"{uri}&immutable=1", busy_timeout)
         except sqlite3.DatabaseError as exc:
             raise ImportSourceError(f"{path} is not a readable SQLite database: {exc}") from exc
     except sqlite3.DatabaseError as exc:
@@ -294,6 +296,8 @@ def _connect(path: Path) -> sqlite3.Connection:
         problems = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
     except sqlite3.DatabaseError as exc:
         conn.close()
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise ImportSourceError(f"{path} is locked by another process: {exc}") from exc
         raise ImportSourceError(f"{path} is corrupt: {exc}") from exc
     if problems != ["ok"]:
         conn.close()
@@ -301,8 +305,10 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def _open(uri: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(uri, uri=True)
+def _open(uri: str, busy_timeout: float = 5.0) -> sqlite3.Connection:
+    # The busy timeout waits out a writer's lock (WAL readers rarely meet one) instead of
+    # failing at once; the caller reports a lock that outlasts it and retries later.
+    conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout)
     try:
         conn.execute("PRAGMA query_only = ON")
         conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()

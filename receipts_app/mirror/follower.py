@@ -67,6 +67,7 @@ class Follower:
         reconcile_seconds: float = RECONCILE_SECONDS,
         owner: str | None = None,
         progress: Callable[[str, int, int], None] | None = None,
+        busy_timeout: float = 2.0,
     ) -> None:
         self.path = Path(db_path).expanduser().resolve()
         self.targets = Targets(
@@ -79,7 +80,7 @@ class Follower:
         self.reconcile_ms = int(reconcile_seconds * 1000)
         self.owner = owner or owner_id()
         self.progress = progress
-        self.watch = WatchedSource(self.path)
+        self.watch = WatchedSource(self.path, busy_timeout=busy_timeout)
         self.source_id = self._source_row().pk
         self._opened: object | None = None
         self._problem: tuple[str, str] | None = None

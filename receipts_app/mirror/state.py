@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Q
+from django.db.models import Count, IntegerField, Model, OuterRef, Subquery
 
 from opensquilla_site.timeutil import now_ms
 
-from .models import MirrorSource
+from .models import MirroredReceipt, MirroredSession, MirrorSource
 
 HEARTBEAT_MS = 10_000
 MIN_STALE_MS = 30_000
@@ -45,6 +45,17 @@ def _status(src: MirrorSource, now: int) -> str:
     return OK
 
 
+def _gone_count(model: type[Model]) -> Subquery:
+    rows = (
+        model._default_manager.filter(source=OuterRef("pk"), gone_at__isnull=False)
+        .order_by()
+        .values("source")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return Subquery(rows, output_field=IntegerField())
+
+
 def _configured_source() -> str | None:
     configured = getattr(settings, "OPENSQUILLA_SOURCE_DB", None)
     return str(Path(configured).expanduser().resolve()) if configured else None
@@ -59,18 +70,14 @@ def mirror_states() -> list[dict[str, Any]]:
     rows), ``lag_ms`` (upstream stamp of the newest applied row to our commit, last change),
     ``behind_ms`` (now - last_sync_at), ``error``, ``error_code``, ``error_since``,
     ``warning``, ``rows_applied``, ``sessions_gone``, ``receipts_gone``, ``follower`` (lease
-    holder). Times are epoch ms, None when unknown. Two queries.
+    holder). Times are epoch ms, None when unknown. One query.
     """
     now = now_ms()
     sources = list(
         MirrorSource.objects.annotate(
-            n_sessions_gone=Count("sessions", filter=Q(sessions__gone_at__isnull=False)),
+            n_sessions_gone=_gone_count(MirroredSession),
+            n_receipts_gone=_gone_count(MirroredReceipt),
         ).order_by("path")
-    )
-    receipts_gone = dict(
-        MirrorSource.objects.filter(receipts__gone_at__isnull=False)
-        .annotate(n=Count("receipts"))
-        .values_list("pk", "n")
     )
     states = [
         {
@@ -89,8 +96,8 @@ def mirror_states() -> list[dict[str, Any]]:
             "error_since": src.error_since,
             "warning": src.warning,
             "rows_applied": src.rows_applied,
-            "sessions_gone": getattr(src, "n_sessions_gone", 0),
-            "receipts_gone": receipts_gone.get(src.pk, 0),
+            "sessions_gone": getattr(src, "n_sessions_gone", 0) or 0,
+            "receipts_gone": getattr(src, "n_receipts_gone", 0) or 0,
             "follower": src.lease_owner,
         }
         for src in sources

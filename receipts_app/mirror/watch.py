@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..importer import ImportSourceError
-from ..importer.source import SourceDatabase
+from ..importer.source import SQLITE_MAGIC, SourceDatabase
 
 
 class SourceProblem(Exception):
@@ -54,6 +54,20 @@ def stamp(path: Path) -> FileStamp:
     return FileStamp(main.st_dev, main.st_ino, main.st_size, main.st_mtime_ns, wal_size, wal_mtime)
 
 
+def _rewritten(before: FileStamp, after: FileStamp, path: Path) -> bool:
+    """Signs that the file was replaced by other bytes rather than written by SQLite: it
+    shrank, its WAL vanished while the writer had one, or it no longer starts with the magic."""
+    if after.size < before.size or (before.wal_size >= 0 and after.wal_size < 0):
+        return True
+    if after.size == before.size and after.mtime_ns == before.mtime_ns:
+        return False
+    try:
+        with path.open("rb") as handle:
+            return handle.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC
+    except OSError:
+        return True
+
+
 def classify(exc: BaseException, path: Path) -> SourceProblem:
     """One operator-facing problem for whatever opening or reading the source raised."""
     if isinstance(exc, SourceProblem):
@@ -79,8 +93,9 @@ def classify(exc: BaseException, path: Path) -> SourceProblem:
 class WatchedSource:
     """A kept read-only connection to the source, reopened when the file changes identity."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, busy_timeout: float = 2.0) -> None:
         self.path = path
+        self.busy_timeout = busy_timeout
         self.db: SourceDatabase | None = None
         self._stamp: FileStamp | None = None
         self._data_version: int | None = None
@@ -103,7 +118,7 @@ class WatchedSource:
                 return self.db
             self.close()  # replaced: the old connection still reads the unlinked file
         try:
-            db = SourceDatabase(self.path)
+            db = SourceDatabase(self.path, busy_timeout=self.busy_timeout)
             self._application_id = int(db.conn.execute("PRAGMA application_id").fetchone()[0])
         except (ImportSourceError, sqlite3.DatabaseError) as exc:
             raise classify(exc, self.path) from exc
@@ -116,6 +131,11 @@ class WatchedSource:
         """True when the source may hold something not read yet (always after a reopen)."""
         db = self.open()
         current = stamp(self.path)
+        if self._stamp is not None and _rewritten(self._stamp, current, self.path):
+            # Overwritten in place (same inode): the kept connection would go on reading the
+            # old pages through its WAL index, so open the file again and validate it.
+            self.close()
+            db = self.open()
         try:
             version = db.data_version()
         except ImportSourceError as exc:

@@ -282,3 +282,29 @@ def test_a_silent_follower_counts_as_stopped_and_a_configured_one_never_started_
     settings.OPENSQUILLA_SOURCE_DB = str(gateway.path.with_name("elsewhere.db"))
     states = mirror_states()
     assert states[0]["status"] == "stopped" and states[0]["error_code"] == "not_started"
+
+
+def test_a_locked_source_is_waited_out_and_reported_without_losing_anything(tmp_path):
+    path = tmp_path / "sessions.db"
+    writer = FakeGateway(path)
+    writer.add_session(GROUP_SENDER_KEY)
+    first = writer.add_receipt(GROUP_SENDER_KEY)
+    writer.conn.execute("PRAGMA journal_mode=DELETE")  # a rollback journal: writers lock readers
+    f = Follower(
+        db_path=path,
+        workspace=None,
+        checkpoint_root=None,
+        memory_template=None,
+        interval=0.1,
+        owner="lock-test",
+        busy_timeout=0.05,
+    )
+    writer.conn.execute("BEGIN EXCLUSIVE")
+    assert f.poll() == "error"
+    [state] = mirror_states()
+    assert state["error_code"] == "locked" and "locked" in state["error"]
+    writer.conn.execute("COMMIT")
+    assert f.poll() == "synced"
+    assert row(first["receipt_id"]).status == "checkpoint_saved"
+    assert mirror_states()[0]["error"] == ""
+    writer.close()
