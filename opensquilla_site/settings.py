@@ -168,7 +168,7 @@ OPENSQUILLA_CHECKPOINT_TIMEOUT = float(os.environ.get("OPENSQUILLA_CHECKPOINT_TI
 # Procfile's mirror process idles.
 OPENSQUILLA_SOURCE_DB = os.environ.get("OPENSQUILLA_SOURCE_DB") or None
 OPENSQUILLA_SOURCE_WORKSPACE = os.environ.get("OPENSQUILLA_SOURCE_WORKSPACE") or None
-OPENSQUILLA_MIRROR_INTERVAL = float(os.environ.get("OPENSQUILLA_MIRROR_INTERVAL", "1"))
+OPENSQUILLA_MIRROR_INTERVAL = float(os.environ.get("OPENSQUILLA_MIRROR_INTERVAL", "0.5"))
 
 # --- Celery ----------------------------------------------------------------------------
 # The embedded broker is kombu's filesystem transport: no server, safe across processes.

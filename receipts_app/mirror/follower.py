@@ -33,6 +33,7 @@ from .sync import (
     MIRROR_ACTOR,
     CursorMoved,
     PassResult,
+    RecentlyApplied,
     Standby,
     SyncPass,
     Targets,
@@ -89,6 +90,8 @@ class Follower:
         self._last_reconcile = 0
         self._counts: tuple[int, int] | None = None
         self._workspace_missing = False
+        self._recent_sessions = RecentlyApplied()
+        self._recent_receipts = RecentlyApplied()
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -181,6 +184,8 @@ class Follower:
                 src.receipts_updated_at, src.receipts_key = 0, ""
                 src.initial_sync_done = False
                 fields += [*_CURSOR_FIELDS, "initial_sync_done"]
+                self._recent_sessions = RecentlyApplied()
+                self._recent_receipts = RecentlyApplied()
             if src.identity != identity:
                 src.identity = identity
                 fields.append("identity")
@@ -230,6 +235,8 @@ class Follower:
             targets=self.targets,
             progress=self.progress if not src.initial_sync_done else None,
             totals=totals,
+            recent_sessions=self._recent_sessions,
+            recent_receipts=self._recent_receipts,
         ).run()
         return result
 

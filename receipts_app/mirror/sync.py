@@ -71,6 +71,28 @@ class Targets:
         )
 
 
+class RecentlyApplied:
+    """Upstream stamps this follower applied within the overlap window, per natural key.
+
+    The overlap re-read finds them again on every pass; skipping them here keeps a busy
+    source's passes short (no lookups, no transaction) without changing any outcome: the
+    database-side dedupe would call each of them unchanged. Filled only after a commit.
+    """
+
+    def __init__(self) -> None:
+        self.stamps: dict[str, int] = {}
+
+    def fresh(self, key: str, updated_at: int) -> bool:
+        return self.stamps.get(key) != updated_at
+
+    def remember(self, pairs: Sequence[tuple[str, int]]) -> None:
+        self.stamps.update(pairs)
+
+    def prune(self, cursor_ms: int) -> None:
+        horizon = cursor_ms - OVERLAP_MS
+        self.stamps = {k: v for k, v in self.stamps.items() if v >= horizon}
+
+
 @dataclass
 class PassResult:
     report: ImportReport
@@ -124,7 +146,11 @@ class SyncPass:
         targets: Targets,
         progress: Callable[[str, int, int], None] | None = None,
         totals: dict[str, int] | None = None,
+        recent_sessions: RecentlyApplied | None = None,
+        recent_receipts: RecentlyApplied | None = None,
     ) -> None:
+        self.recent_sessions = recent_sessions or RecentlyApplied()
+        self.recent_receipts = recent_receipts or RecentlyApplied()
         self.source_id = source_id
         self.db = db
         self.owner = owner
@@ -173,21 +199,26 @@ class SyncPass:
         position: tuple[Any, ...] = (start.sessions_updated_at, start.sessions_key)
         since = max(0, start.sessions_updated_at - OVERLAP_MS)
         done = 0
-        for batch in self.db.sessions_after(since, ""):
-            last = batch[-1]
+        for read in self.db.sessions_after(since, ""):
+            done += len(read)
+            batch = [r for r in read if self.recent_sessions.fresh(r.session_key, r.updated_at)]
+            if batch:
+                last = batch[-1]
 
-            def apply(src: MirrorSource, batch: list[Any] = batch) -> None:
-                before = self.result.report.sessions.created + self.result.report.sessions.updated
-                keys = rows.apply_sessions(batch, self.result.report)
-                _mark_alive(MirroredSession, src, "session_key", keys)
-                after = self.result.report.sessions.created + self.result.report.sessions.updated
-                self.result.applied += after - before
-                if after > before:
-                    self._newest(max(row.updated_at for row in batch))
+                def apply(src: MirrorSource, batch: list[Any] = batch) -> None:
+                    report = self.result.report
+                    before = report.sessions.created + report.sessions.updated
+                    keys = rows.apply_sessions(batch, report)
+                    _mark_alive(MirroredSession, src, "session_key", keys)
+                    after = report.sessions.created + report.sessions.updated
+                    self.result.applied += after - before
+                    if after > before:
+                        self._newest(max(row.updated_at for row in batch))
 
-            position = self._apply(fields, position, (last.updated_at, last.session_key), apply)
-            done += len(batch)
+                position = self._apply(fields, position, (last.updated_at, last.session_key), apply)
+                self.recent_sessions.remember([(r.session_key, r.updated_at) for r in batch])
             self._tick("sessions", done)
+        self.recent_sessions.prune(position[0])
 
     # --- transcript entries ---------------------------------------------------------------
 
@@ -221,17 +252,27 @@ class SyncPass:
         position: tuple[Any, ...] = (start.receipts_updated_at, start.receipts_key)
         since = max(0, start.receipts_updated_at - OVERLAP_MS)
         done = 0
-        for batch in self.db.receipts_after(since, ""):
-            last = batch[-1].values
+        for read in self.db.receipts_after(since, ""):
+            done += len(read)
+            batch = [
+                r
+                for r in read
+                if self.recent_receipts.fresh(r.values["idempotency_key"], r.values["updated_at"])
+            ]
+            if batch:
+                last = batch[-1].values
 
-            def apply(src: MirrorSource, batch: list[Any] = batch) -> None:
-                self._apply_receipts(src, batch)
+                def apply(src: MirrorSource, batch: list[Any] = batch) -> None:
+                    self._apply_receipts(src, batch)
 
-            position = self._apply(
-                fields, position, (last["updated_at"], last["idempotency_key"]), apply
-            )
-            done += len(batch)
+                position = self._apply(
+                    fields, position, (last["updated_at"], last["idempotency_key"]), apply
+                )
+                self.recent_receipts.remember(
+                    [(r.values["idempotency_key"], r.values["updated_at"]) for r in batch]
+                )
             self._tick("receipts", done)
+        self.recent_receipts.prune(position[0])
 
     def _apply_receipts(self, src: MirrorSource, batch: list[Any]) -> None:
         keys = [row.values["idempotency_key"] for row in batch]

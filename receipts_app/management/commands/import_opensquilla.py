@@ -53,7 +53,7 @@ class Command(BaseCommand):
             "--interval",
             type=float,
             default=None,
-            help="with --follow: seconds between polls (default OPENSQUILLA_MIRROR_INTERVAL, 1)",
+            help="with --follow: seconds between polls (default OPENSQUILLA_MIRROR_INTERVAL, 0.5)",
         )
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
