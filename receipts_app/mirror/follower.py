@@ -109,13 +109,14 @@ class Follower:
 
     def poll(self) -> str:
         try:
-            db = self.watch.open()
+            changed = self.watch.changed()  # opens, or reopens a replaced/rewritten file
+            db = self.watch.db
+            assert db is not None
             if self._opened is not db:
                 self._on_open()
                 self._opened = db
             self._check_workspace()
             src = MirrorSource.objects.get(pk=self.source_id)
-            changed = self.watch.changed()
             counts = (
                 (db.count("sessions"), db.count("memory_durable_receipts")) if changed else None
             )

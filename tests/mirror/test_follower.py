@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -308,3 +310,23 @@ def test_a_locked_source_is_waited_out_and_reported_without_losing_anything(tmp_
     assert row(first["receipt_id"]).status == "checkpoint_saved"
     assert mirror_states()[0]["error"] == ""
     writer.close()
+
+
+def test_the_gateway_closing_its_last_connection_is_not_mistaken_for_a_broken_source(gateway):
+    gateway.add_session(GROUP_SENDER_KEY)
+    gateway.add_receipt(GROUP_SENDER_KEY)
+    f = follower(gateway)
+    f.poll()
+    gateway.close()
+    # Another process opens, writes and closes: its close checkpoints and deletes the WAL
+    # (SQLite locks are per process, so this needs a second process to happen).
+    script = (
+        "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+        "c.execute(\"UPDATE memory_durable_receipts SET status = 'checkpoint_failed', "
+        "updated_at = updated_at + 1\"); c.commit(); c.close()"
+    )
+    subprocess.run([sys.executable, "-c", script, str(gateway.path)], check=True)  # noqa: S603
+    assert not Path(f"{gateway.path}-wal").exists()
+    assert f.poll() == "synced"
+    assert MemoryDurableReceipt.objects.get().status == "checkpoint_failed"
+    assert mirror_states()[0]["error"] == ""
