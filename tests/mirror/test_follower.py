@@ -323,7 +323,7 @@ def test_the_gateway_closing_its_last_connection_is_not_mistaken_for_a_broken_so
     script = (
         "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
         "c.execute(\"UPDATE memory_durable_receipts SET status = 'checkpoint_failed', "
-        "updated_at = updated_at + 1\"); c.commit(); c.close()"
+        'updated_at = updated_at + 1"); c.commit(); c.close()'
     )
     subprocess.run([sys.executable, "-c", script, str(gateway.path)], check=True)  # noqa: S603
     assert not Path(f"{gateway.path}-wal").exists()
