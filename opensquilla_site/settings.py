@@ -143,7 +143,7 @@ STORAGES = {
 
 # --- OpenSquilla domain ----------------------------------------------------------------
 # No silent default: an unset workspace makes checkpoints fail with a recorded receipt
-# (DOMAIN.md 5.4 step 4), exactly like upstream's unconfigured SessionManager.
+# (docs/UPSTREAM.md#recording-a-checkpoint), exactly like upstream's unconfigured SessionManager.
 OPENSQUILLA_CHECKPOINT_WORKSPACE = os.environ.get("OPENSQUILLA_CHECKPOINT_WORKSPACE") or None
 # Raw-fallback archives and memory notes live under each agent's memory workspace.
 # "{agent}" is replaced by the normalised agent id.

@@ -305,7 +305,7 @@ def execute_requeue_plan(request: HttpRequest, plan_id: str) -> Status[Any]:
     operation_id="list_health",
 )
 def list_health(request: HttpRequest) -> dict[str, Any]:
-    """Memory safety and repair backlog (DOMAIN.md 9.4) for every agent in the ledger."""
+    """Memory safety and repair backlog (docs/UPSTREAM.md#health) for every agent in the ledger."""
     return {"items": health.health_by_agent()}
 
 
@@ -400,7 +400,7 @@ def flush_session(request: HttpRequest, key: str, wait: bool = False) -> Status[
     operation_id="get_session_coverage",
 )
 def get_session_coverage(request: HttpRequest, key: str) -> dict[str, Any]:
-    """Whether a saved checkpoint covers the live transcript exactly (DOMAIN.md 10)."""
+    """Whether a saved checkpoint covers the live transcript exactly (docs/UPSTREAM.md#what-gates-destructive-operations)."""
     session = get_session_or_404(key)
     receipt, entry_count = current_checkpoint_coverage(session)
     return {

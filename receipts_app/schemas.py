@@ -31,7 +31,7 @@ from .selectors import ReceiptFilter
 
 MAX_BULK_ROWS = 1000
 
-# Every ledger column (DOMAIN.md 1.1) plus our derived agent and requeue link, listed by name.
+# Every ledger column (docs/UPSTREAM.md#columns) plus our derived agent and requeue link, listed by name.
 RECEIPT_FIELDS = [*LEDGER_FIELDS, "agent_id", "resolved_by_receipt_id"]
 
 NOT_NULL_COLUMNS = (
@@ -103,7 +103,7 @@ class _ReceiptColumns(Schema):
 
 
 class ReceiptIn(_ReceiptColumns):
-    """One receipt to upsert by ``idempotency_key`` (DOMAIN.md 1.1 columns).
+    """One receipt to upsert by ``idempotency_key`` (docs/UPSTREAM.md#columns).
 
     On a conflict the stored row keeps its ``receipt_id`` and ``created_at``; the rest is
     overwritten and ``updated_at`` is stamped now.
@@ -328,7 +328,7 @@ class CheckpointIn(Schema):
 
 class MemorySafetyOut(Schema):
     status: str
-    errorCount: int  # noqa: N815 - upstream's field names (DOMAIN.md 9.4)
+    errorCount: int  # noqa: N815 - upstream's field names (docs/UPSTREAM.md#health)
     errorStatuses: dict[str, int]  # noqa: N815
     sampleReceiptIds: list[str]  # noqa: N815
     rowsChecked: int  # noqa: N815

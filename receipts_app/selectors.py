@@ -266,7 +266,7 @@ def status_counts(receipt_filter: ReceiptFilter, cap: int = COUNT_CAP) -> dict[s
 def current_checkpoint_coverage(session: Session) -> tuple[MemoryDurableReceipt | None, int]:
     """The saved checkpoint that covers the live transcript exactly, and the entry count.
 
-    This is upstream's exact coverage lookup (DOMAIN.md 10): same generation, same coverage
+    This is upstream's exact coverage lookup (docs/UPSTREAM.md#what-gates-destructive-operations): same generation, same coverage
     triple, ``checkpoint_saved``. A checkpoint taken before later messages does not count.
     """
     entries = get_transcript(session.session_id)
