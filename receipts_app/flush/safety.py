@@ -1,4 +1,4 @@
-"""Which flush outcomes are safe, and which ledger row each one produces (DOMAIN.md 6.5).
+"""Which flush outcomes are safe, and which ledger row each one produces (docs/UPSTREAM.md#flush-outcomes-and-ledger-rows).
 
 These rules decide whether a transcript may be destroyed, so they are kept apart from the
 service and written as plain predicates over a receipt (object or mapping).
@@ -86,7 +86,7 @@ def ledger_row_fields(
     elif flush_receipt_allows_destructive_compaction(receipt):
         scope, row_status, reason = "flush", "flush_appended", None
     else:
-        # Skipped, no-op and not-strictly-safe LLM writes leave no row (DOMAIN.md 11).
+        # Skipped, no-op and not-strictly-safe LLM writes leave no row (docs/UPSTREAM.md#flush-outcomes-and-ledger-rows).
         return None
     return {
         "scope": scope,
