@@ -29,6 +29,7 @@ from opensquilla_site.timeutil import now_ms
 from receipts_app import checkpoint, repair
 from receipts_app.ledger import list_memory_repair_receipts
 from receipts_app.statuses import REPAIR_QUEUE_STATUSES
+from sessions_app.keys import normalize_agent_id
 from tests.seed.adapters import SessionStorage
 
 __all__ = [
@@ -104,11 +105,12 @@ def _explicit_wiring(
 ) -> Iterator[None]:
     """Upstream passes roots, summaries and the flush service in; the product looks them up."""
     summaries = getattr(session_manager, "list_degraded_compactions", None)
+    # The product finds an agent's root by its normalised id ({agent} in the workspace
+    # setting), as upstream's service normalises the keys of the roots it is given.
+    roots = {normalize_agent_id(agent): root for agent, root in memory_roots.items()}
     with contextlib.ExitStack() as stack:
         stack.enter_context(
-            mock.patch.object(
-                repair, "memory_workspace_for_agent", lambda agent: memory_roots.get(agent)
-            )
+            mock.patch.object(repair, "memory_workspace_for_agent", lambda agent: roots.get(agent))
         )
         stack.enter_context(
             mock.patch.object(repair, "build_repair_flush_service", lambda: flush_service)
