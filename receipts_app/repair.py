@@ -426,7 +426,7 @@ def import_legacy_raw_fallback_receipts(agent_id: str, memory_root: Path | None)
     return imported
 
 
-# --- compaction summaries (8.2, the summary branches) ---------------------------------------
+# --- compaction summaries (upstream's summary branches) ------------------------------------
 
 # A run with any of these params repairs only the selected summaries (upstream's branch 1).
 COMPACTION_SELECTORS = ("summaryId", "sessionKey", "compactionId")
