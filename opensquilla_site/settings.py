@@ -153,6 +153,8 @@ OPENSQUILLA_CHECKPOINT_WORKSPACE = os.environ.get("OPENSQUILLA_CHECKPOINT_WORKSP
 # Raw-fallback archives and memory notes live under each agent's memory workspace.
 # "{agent}" is replaced by the normalised agent id.
 OPENSQUILLA_MEMORY_WORKSPACE = os.environ.get("OPENSQUILLA_MEMORY_WORKSPACE") or None
+# Agents the repair tick always scans, comma-separated (docs/WORKERS.md); ``main`` always is.
+OPENSQUILLA_AGENTS = [a for a in os.environ.get("OPENSQUILLA_AGENTS", "").split(",") if a.strip()]
 OPENSQUILLA_FLUSH_PROVIDER = os.environ.get("OPENSQUILLA_FLUSH_PROVIDER", "none")
 OPENSQUILLA_FLUSH_BASE_URL = os.environ.get("OPENSQUILLA_FLUSH_BASE_URL", "")
 OPENSQUILLA_FLUSH_API_KEY = os.environ.get("OPENSQUILLA_FLUSH_API_KEY", "")

@@ -38,18 +38,27 @@ FLUSH_RECEIPT_KEY_PREFIX = "flush-receipt"
 # --- workspaces ----------------------------------------------------------------------------
 
 
+def memory_workspace_template() -> str | None:
+    """The configured memory workspace, ``~`` expanded; it may contain ``{agent}``.
+
+    ``OPENSQUILLA_MEMORY_WORKSPACE``, else the checkpoint workspace, else none.
+    """
+    template = getattr(settings, "OPENSQUILLA_MEMORY_WORKSPACE", None) or getattr(
+        settings, "OPENSQUILLA_CHECKPOINT_WORKSPACE", None
+    )
+    return str(Path(str(template)).expanduser()) if template else None
+
+
 def memory_workspace_for_agent(agent_id: str | None) -> Path | None:
     """The agent's memory workspace: where raw-fallback archives and memory notes live.
 
     ``OPENSQUILLA_MEMORY_WORKSPACE`` may contain ``{agent}`` (the normalised agent id). When
     it is unset the checkpoint workspace is shared; when both are unset there is none.
     """
-    template = getattr(settings, "OPENSQUILLA_MEMORY_WORKSPACE", None) or getattr(
-        settings, "OPENSQUILLA_CHECKPOINT_WORKSPACE", None
-    )
+    template = memory_workspace_template()
     if not template:
         return None
-    return Path(str(template).replace("{agent}", normalize_agent_id(agent_id))).expanduser()
+    return Path(template.replace("{agent}", normalize_agent_id(agent_id)))
 
 
 def archive_workspace_resolver(agent_id: str) -> Path | None:

@@ -13,6 +13,7 @@ from django_htmx.http import trigger_client_event
 from opensquilla_site.exceptions import ValidationFailed
 from opensquilla_site.pagination import decode_cursor, encode_cursor
 
+from ...flush_outcome import flush_outcome_for_row
 from ...models import MemoryDurableReceipt
 from ...requeue import acknowledge_receipt, available_actions, requeue_receipt
 from ...selectors import (
@@ -146,6 +147,7 @@ def _detail_context(request: HtmxHttpRequest, receipt: MemoryDurableReceipt) -> 
         "events": cs.receipt_timeline(receipt.receipt_id),
         "related": cs.related_receipts(receipt),
         "preview": cs.receipt_preview(receipt),
+        "flush_outcome": flush_outcome_for_row(receipt),
         "actions": available_actions(receipt),
         "can_operate": can_operate(request.user),
     }
