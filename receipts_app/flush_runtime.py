@@ -29,6 +29,7 @@ from .flush import FlushReceipt, Message, SessionFlushService
 from .flush.memory_save import MemorySaveHandler, MemorySaveToolRegistry
 from .flush.providers import select_flush_provider
 from .models import MemoryDurableReceipt
+from .statuses import CHECKPOINT_SAVED
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ def _checkpoint_exists(session_key: str, session_id: str | None) -> bool:
         session_key=session_key,
         session_id=session_id,
         scope="checkpoint",
-        status="checkpoint_saved",
+        status=CHECKPOINT_SAVED,
         limit=1,
     )
     return bool(rows)

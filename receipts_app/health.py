@@ -17,8 +17,7 @@ from sessions_app.keys import agent_prefix
 
 from .ledger import literal_prefix
 from .models import MemoryDurableReceipt
-from .statuses import MEMORY_SAFETY_ERROR_STATUSES as SAFETY_ERROR_STATUSES
-from .statuses import REPAIR_QUEUE_STATUSES, RESOLVED_STATUSES
+from .statuses import MEMORY_SAFETY_ERROR_STATUSES, REPAIR_QUEUE_STATUSES, RESOLVED_STATUSES
 
 SAMPLE_LIMIT = 1000
 BACKLOG_WARNING_COUNT = 10
@@ -35,7 +34,7 @@ def _scoped(agent_id: str | None) -> QuerySet[MemoryDurableReceipt]:
 def _is_safety_error(status: str, reason: str | None) -> bool:
     if status in RESOLVED_STATUSES:
         return False
-    if status in SAFETY_ERROR_STATUSES:
+    if status in MEMORY_SAFETY_ERROR_STATUSES:
         return True
     text = f"{status} {reason or ''}".lower()
     return "hash_mismatch" in text or "hash mismatch" in text

@@ -24,7 +24,7 @@ from . import audit, checkpoint
 from .audit import Actor
 from .models import MemoryDurableReceipt
 from .requeue import complete_checkpoint_requeue, dispatch
-from .requeue.rules import CHECKPOINT_FAILED, CHECKPOINT_REQUEUED
+from .statuses import CHECKPOINT_FAILED, CHECKPOINT_REQUEUED
 
 logger = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ from sessions_app.keys import canonicalize_session_key
 
 from .. import ledger
 from ..models import MemoryDurableReceipt
+from ..statuses import CHECKPOINT_FAILED, CHECKPOINT_SAVED
 from .events import DEFAULT_SOURCE, build_checkpoint_events, serialise_checkpoint_events
 from .hashing import checkpoint_coverage_hash, checkpoint_event_hash, checkpoint_turn_id
 
@@ -96,7 +97,7 @@ def _failure_receipt(
         coverage_hash=coverage[1],
         coverage_entry_count=coverage[2],
         idempotency_key=f"checkpoint:{session_key}:{turn_id}:{body_hash}:failed:{error_tag}",
-        status="checkpoint_failed",
+        status=CHECKPOINT_FAILED,
         reason=str(error),
         attempt_count=1,
     )
@@ -121,7 +122,7 @@ def _saved_receipt(
         coverage_hash=coverage[1],
         coverage_entry_count=coverage[2],
         idempotency_key=f"checkpoint:{session_key}:{turn_id}:{written['content_hash']}",
-        status="checkpoint_saved",
+        status=CHECKPOINT_SAVED,
         attempt_count=1,
     )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..statuses import CHECKPOINT_FAILED, FLUSH_APPENDED, REPAIR_FAILED, REPAIR_PENDING
 from .types import ARCHIVED_RESULT_STATUSES, NOOP_RESULT_STATUSES, FlushReceipt
 
 FLUSH_RESERVED_PATH_PREFIXES = ("memory/.raw_fallbacks/", "memory/.checkpoints/")
@@ -75,16 +76,16 @@ def ledger_row_fields(
     """The ledger row for a finished flush, or None when the outcome writes no row."""
     status = receipt.result_status
     if status in ARCHIVED_RESULT_STATUSES:
-        scope, row_status, reason = "repair", "repair_pending", status
+        scope, row_status, reason = "repair", REPAIR_PENDING, status
     elif status == "archive_failed":
         # Without a checkpoint nothing durable covers the transcript: say so loudly.
         if checkpoint_exists is False:
-            scope, row_status = "checkpoint", "checkpoint_failed"
+            scope, row_status = "checkpoint", CHECKPOINT_FAILED
         else:
-            scope, row_status = "repair", "repair_failed"
+            scope, row_status = "repair", REPAIR_FAILED
         reason = "archive_failed"
     elif flush_receipt_allows_destructive_compaction(receipt):
-        scope, row_status, reason = "flush", "flush_appended", None
+        scope, row_status, reason = "flush", FLUSH_APPENDED, None
     else:
         # Skipped, no-op and not-strictly-safe LLM writes leave no row (DOMAIN.md 11).
         return None

@@ -31,14 +31,9 @@ from sessions_app.models import Session
 
 from .. import audit
 from ..models import MemoryDurableReceipt, new_receipt_id
-from ..statuses import REPAIR_PENDING as REPAIR_PENDING_STATUS
-from ..statuses import REPAIR_QUEUE_STATUSES as REPAIR_QUEUE_STATUSES
-from ..statuses import REPAIR_RUNNING as REPAIR_RUNNING_STATUS
+from ..statuses import REPAIR_PENDING, REPAIR_QUEUE_STATUSES, REPAIR_RUNNING
 from . import fastsql
-from .columns import CONFLICT_UPDATE_FIELDS as CONFLICT_UPDATE_FIELDS
-from .columns import COVERAGE_FILTERS as COVERAGE_FILTERS
 from .columns import LEDGER_FIELDS, UPDATABLE_FIELDS
-from .columns import WRITE_FIELDS as WRITE_FIELDS
 
 
 def generation_changed(session_key: str) -> KeyError:
@@ -267,7 +262,7 @@ def claim_memory_repair_receipt(
     receipt_id: str,
     *,
     eligible_statuses: Iterable[str] = REPAIR_QUEUE_STATUSES,
-    claimed_status: str = REPAIR_RUNNING_STATUS,
+    claimed_status: str = REPAIR_RUNNING,
     now_ms: int,
 ) -> MemoryDurableReceipt | None:
     """Atomically move one due, queued row to ``claimed_status``; None if another got it.
@@ -304,8 +299,8 @@ def claim_memory_repair_receipt(
 
 def recover_stale_memory_repair_claims(
     *,
-    running_status: str = REPAIR_RUNNING_STATUS,
-    pending_status: str = REPAIR_PENDING_STATUS,
+    running_status: str = REPAIR_RUNNING,
+    pending_status: str = REPAIR_PENDING,
     stale_before_ms: int,
     next_retry_at_ms: int,
     updated_at_ms: int,

@@ -22,26 +22,10 @@ from .plans import (
     plan_queryset,
     run_requeue_plan,
 )
-from .rules import (
-    ACKNOWLEDGEABLE_STATUSES,
-    ACKNOWLEDGED,
-    CHECKPOINT_RECOVERED,
-    CHECKPOINT_REQUEUED,
-    CHECKPOINT_SUPERSEDED,
-    RESOLVED_STATUSES,
-    Outcome,
-    available_actions,
-    classify_requeue,
-)
+from .rules import Outcome, available_actions, classify_requeue
 from .sweep import sweep_lost_work
 
 __all__ = [
-    "ACKNOWLEDGEABLE_STATUSES",
-    "ACKNOWLEDGED",
-    "CHECKPOINT_RECOVERED",
-    "CHECKPOINT_REQUEUED",
-    "CHECKPOINT_SUPERSEDED",
-    "RESOLVED_STATUSES",
     "AckOutcome",
     "AcknowledgeResult",
     "Outcome",

@@ -27,22 +27,18 @@ from opensquilla_site import timeutil
 from .. import audit
 from ..audit import Actor
 from ..checkpoint import DEFAULT_SOURCE
-from ..ledger import REPAIR_QUEUE_STATUSES
 from ..models import MemoryDurableReceipt
-from . import dispatch
-from .engine import RequeueResult, requeue_event
-from .rules import (
+from ..statuses import (
     CHECKPOINT_FAILED,
     CHECKPOINT_REQUEUED,
     CHECKPOINT_SUPERSEDED,
     REPAIR_PENDING,
-    ROW_FACT_FIELDS,
+    REPAIR_QUEUE_STATUSES,
     TERMINAL_REPAIR_STATUSES,
-    BatchContext,
-    Outcome,
-    RowFacts,
-    decide_requeue,
 )
+from . import dispatch
+from .engine import RequeueResult, requeue_event
+from .rules import ROW_FACT_FIELDS, BatchContext, Outcome, RowFacts, decide_requeue
 
 _STALE = "stale: changed meanwhile"
 

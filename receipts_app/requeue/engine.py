@@ -21,22 +21,20 @@ from opensquilla_site import timeutil
 from .. import audit
 from ..audit import Actor
 from ..checkpoint import DEFAULT_SOURCE
-from ..ledger import REPAIR_QUEUE_STATUSES
 from ..models import MemoryDurableReceipt, ReceiptEvent
-from . import dispatch
-from .rules import (
+from ..statuses import (
     ACKNOWLEDGEABLE_STATUSES,
     ACKNOWLEDGED,
     CHECKPOINT_FAILED,
     CHECKPOINT_RECOVERED,
     CHECKPOINT_REQUEUED,
     CHECKPOINT_SUPERSEDED,
-    ON_DEMAND,
     REPAIR_PENDING,
+    REPAIR_QUEUE_STATUSES,
     TERMINAL_REPAIR_STATUSES,
-    Outcome,
-    decide_requeue,
 )
+from . import dispatch
+from .rules import ON_DEMAND, Outcome, decide_requeue
 
 logger = logging.getLogger(__name__)
 

@@ -18,41 +18,15 @@ from sessions_app.models import Session
 
 from ..models import MemoryDurableReceipt
 from ..statuses import (
-    ACKNOWLEDGEABLE_STATUSES as ACKNOWLEDGEABLE_STATUSES,
-)
-from ..statuses import (
-    ACKNOWLEDGED as ACKNOWLEDGED,
-)
-from ..statuses import (
-    CHECKPOINT_FAILED as CHECKPOINT_FAILED,
-)
-from ..statuses import (
-    CHECKPOINT_RECOVERED as CHECKPOINT_RECOVERED,
-)
-from ..statuses import (
-    CHECKPOINT_REQUEUED as CHECKPOINT_REQUEUED,
-)
-from ..statuses import (
-    CHECKPOINT_SAVED as CHECKPOINT_SAVED,
-)
-from ..statuses import (
-    CHECKPOINT_SUPERSEDED as CHECKPOINT_SUPERSEDED,
-)
-from ..statuses import (
-    REPAIR_PENDING as REPAIR_PENDING,
-)
-from ..statuses import REPAIR_QUEUE_STATUSES
-from ..statuses import (
-    REPAIR_RUNNING as REPAIR_RUNNING,
-)
-from ..statuses import (
-    RESOLVED_STATUSES as RESOLVED_STATUSES,
-)
-from ..statuses import (
-    SUCCESS_STATUSES as SUCCESS_STATUSES,
-)
-from ..statuses import (
-    TERMINAL_REPAIR_STATUSES as TERMINAL_REPAIR_STATUSES,
+    ACKNOWLEDGEABLE_STATUSES,
+    ACKNOWLEDGED,
+    CHECKPOINT_FAILED,
+    CHECKPOINT_REQUEUED,
+    CHECKPOINT_SAVED,
+    REPAIR_QUEUE_STATUSES,
+    REPAIR_RUNNING,
+    SUCCESS_STATUSES,
+    TERMINAL_REPAIR_STATUSES,
 )
 
 

@@ -17,8 +17,8 @@ from django.db.models import Q
 from .. import audit
 from ..checkpoint import DEFAULT_SOURCE
 from ..models import MemoryDurableReceipt, RequeuePlan
+from ..statuses import CHECKPOINT_REQUEUED
 from . import dispatch
-from .rules import CHECKPOINT_REQUEUED
 
 LOST_AFTER_MS = 10 * 60 * 1000
 # A running plan saves progress after every batch; silence this long means its worker died.

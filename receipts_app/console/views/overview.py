@@ -7,7 +7,8 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from ...health import health_by_agent
-from ...selectors import FAILURE_STATUSES, KNOWN_STATUSES, ReceiptFilter, status_counts
+from ...selectors import ReceiptFilter, status_counts
+from ...statuses import FAILURE_STATUSES, KNOWN_STATUSES
 from .. import selectors as cs
 from ..helpers import VIEW_PERM, HtmxHttpRequest, can_operate, console_view
 
