@@ -20,6 +20,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from opensquilla_site.exceptions import GenerationChanged
 from sessions_app import services as session_services
 from sessions_app.keys import canonicalize_session_key, normalize_agent_id
 from sessions_app.models import TranscriptEntry
@@ -220,7 +221,7 @@ def write_durable_flush_receipt(receipt: Any, **row: Any) -> MemoryDurableReceip
             ),
             expected_session_id=captured,
         )
-    except KeyError as exc:
+    except GenerationChanged as exc:
         logger.warning(
             "session_flush.receipt_write_fenced key=%s status=%s: %s",
             session_key,

@@ -14,13 +14,13 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from opensquilla_site.exceptions import ApplicationError
+from opensquilla_site.exceptions import ApplicationError, GenerationChanged
 from opensquilla_site.timeutil import now_ms
 from sessions_app import services as session_services
 from sessions_app.keys import canonicalize_session_key
 from sessions_app.models import Session, TranscriptEntry
 
-from . import audit, checkpoint
+from . import audit, checkpoint, ledger
 from .audit import Actor
 from .models import MemoryDurableReceipt
 from .requeue import complete_checkpoint_requeue, dispatch
@@ -121,9 +121,8 @@ def perform_checkpoint(
                 "skipped": True,
             }
         session_key = row.session_key
-        live = session_services.get_session(session_key)
-        if live is None or live.session_id != row.session_id:
-            fence = KeyError(f"Session generation changed: {session_key}")
+        if ledger.generation_changed(session_key, row.session_id):
+            fence = GenerationChanged(session_key)
             complete_checkpoint_requeue(requeued_receipt_id=requeue_of, saved=None, error=fence)
             return _failure(session_key, fence, requeue_of)
     try:

@@ -17,6 +17,7 @@ from typing import Any
 from django.db import transaction
 
 from opensquilla_site import timeutil
+from opensquilla_site.exceptions import GenerationChanged
 
 from .. import audit
 from ..audit import Actor
@@ -229,7 +230,9 @@ def complete_checkpoint_requeue(
             )
             return
         if saved is not None and error is None and saved.session_id != row.session_id:
-            error = KeyError(f"Session generation changed: {row.session_key}")
+            # The checkpoint was taken of a later generation (a reset landed mid-task): it
+            # does not hold what the requeued row failed to save.
+            error = GenerationChanged(row.session_key)
         from_status = row.status
         if error is None and saved is not None:
             if row.status != CHECKPOINT_REQUEUED:

@@ -16,6 +16,7 @@ from django.db.models.functions import Coalesce
 from opensquilla_site import timeutil
 from sessions_app.models import Session
 
+from ..ledger import live_session_id
 from ..models import MemoryDurableReceipt
 from ..statuses import (
     ACKNOWLEDGEABLE_STATUSES,
@@ -68,15 +69,9 @@ def find_superseding_checkpoint(receipt: Receipt) -> MemoryDurableReceipt | None
     )
 
 
-def _live_session_id(session_key: str) -> str | None:
-    return (
-        Session.objects.filter(session_key=session_key).values_list("session_id", flat=True).first()
-    )
-
-
 def checkpoint_fence(receipt: Receipt) -> str | None:
     """Why a checkpoint cannot be retaken for the row's generation, or None when it can."""
-    return _fence_reason(receipt, _live_session_id(receipt.session_key))
+    return _fence_reason(receipt, live_session_id(receipt.session_key))
 
 
 def _fence_reason(receipt: Receipt, live: str | None) -> str | None:
@@ -131,7 +126,7 @@ class _OnDemand:
         return saved.receipt_id if saved is not None else None
 
     def live_session_id(self, session_key: str) -> str | None:
-        return _live_session_id(session_key)
+        return live_session_id(session_key)
 
 
 ON_DEMAND: RequeueContext = _OnDemand()
