@@ -85,10 +85,12 @@ SUCCESS_STATUSES: tuple[str, ...] = (
 )
 # Statuses that close a failure without replaying it; health never counts them as errors.
 RESOLVED_STATUSES: tuple[str, ...] = (CHECKPOINT_RECOVERED, CHECKPOINT_SUPERSEDED, ACKNOWLEDGED)
-# Health's memory-safety errors: content that is not safe anywhere yet. A requeued checkpoint
-# stays one until the worker recovers it.
+# Health's memory-safety errors: content that is not safe anywhere yet (upstream's
+# checkpoint_failed, receipt_orphaned and hash_mismatch). A requeued checkpoint stays one until
+# the worker recovers it.
 MEMORY_SAFETY_ERROR_STATUSES: tuple[str, ...] = (
     CHECKPOINT_FAILED,
     CHECKPOINT_REQUEUED,
     RECEIPT_ORPHANED,
+    HASH_MISMATCH,
 )

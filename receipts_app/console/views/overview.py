@@ -22,7 +22,6 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "status_counts": [(s, counts.get(s, 0)) for s in KNOWN_STATUSES if counts.get(s)],
         "failure_statuses": FAILURE_STATUSES,
-        "failure_total": sum(counts.get(s, 0) for s in FAILURE_STATUSES),
         "scope_counts": cs.counts_by("scope"),
         "agent_counts": cs.counts_by("agent_id"),
         "health": health_by_agent(),
