@@ -6,7 +6,7 @@ The flush package is Django-free; this module gives it the product's pieces:
 - the archive workspace (``OPENSQUILLA_MEMORY_WORKSPACE``, ``{agent}`` substituted, else the
   checkpoint workspace, else none: the flush then ends ``archive_failed`` and says so);
 - the session-identity and checkpoint-exists resolvers, and the durable receipt writer
-  (DOMAIN.md 6.7), which upserts fenced on the generation captured when the flush began.
+  (docs/UPSTREAM.md#receipt-writer), which upserts fenced on the generation captured when the flush began.
 """
 
 from __future__ import annotations
@@ -40,18 +40,27 @@ FLUSH_RECEIPT_KEY_PREFIX = "flush-receipt"
 # --- workspaces ----------------------------------------------------------------------------
 
 
+def memory_workspace_template() -> str | None:
+    """The configured memory workspace, ``~`` expanded; it may contain ``{agent}``.
+
+    ``OPENSQUILLA_MEMORY_WORKSPACE``, else the checkpoint workspace, else none.
+    """
+    template = getattr(settings, "OPENSQUILLA_MEMORY_WORKSPACE", None) or getattr(
+        settings, "OPENSQUILLA_CHECKPOINT_WORKSPACE", None
+    )
+    return str(Path(str(template)).expanduser()) if template else None
+
+
 def memory_workspace_for_agent(agent_id: str | None) -> Path | None:
     """The agent's memory workspace: where raw-fallback archives and memory notes live.
 
     ``OPENSQUILLA_MEMORY_WORKSPACE`` may contain ``{agent}`` (the normalised agent id). When
     it is unset the checkpoint workspace is shared; when both are unset there is none.
     """
-    template = getattr(settings, "OPENSQUILLA_MEMORY_WORKSPACE", None) or getattr(
-        settings, "OPENSQUILLA_CHECKPOINT_WORKSPACE", None
-    )
+    template = memory_workspace_template()
     if not template:
         return None
-    return Path(str(template).replace("{agent}", normalize_agent_id(agent_id))).expanduser()
+    return Path(template.replace("{agent}", normalize_agent_id(agent_id)))
 
 
 def archive_workspace_resolver(agent_id: str) -> Path | None:
@@ -109,7 +118,7 @@ async def checkpoint_exists_resolver(session_key: str, session_id: str | None) -
 
 
 def _text_or_none(value: Any) -> str | None:
-    # Empty strings are stored as NULL for every optional column (DOMAIN.md 6.7).
+    # Empty strings are stored as NULL for every optional column (docs/UPSTREAM.md#receipt-writer).
     return str(value) if value else None
 
 

@@ -1,4 +1,5 @@
-"""Memory health derived from the ledger, per agent: upstream's two signals and one of ours.
+"""Memory health derived from the ledger (docs/UPSTREAM.md#health), per agent: upstream's
+two signals and one of ours.
 
 Every count comes with the filter (``ReceiptFilter.to_params()``) that lists exactly the rows
 counted, and is counted through that filter (``selectors.filter_receipts``), so a count and

@@ -1,4 +1,5 @@
-"""The requeue engine: the one service every surface calls to requeue or acknowledge.
+"""The requeue engine (docs/STATUSES.md#requeue-outcomes): the one service every surface calls
+to requeue or acknowledge.
 
 - ``rules``: what a requeue would do (``decide_requeue``, ``available_actions``), no writes
 - ``transitions``: where a requeue moves a row and the work it sends (one table)

@@ -249,3 +249,26 @@ def test_ms_filter_renders_dates():
     assert ms_date(None) == "—"
     assert capped(10_001) == "10,000+" and capped(42) == "42"
     assert now_ms() > 0
+
+
+def test_receipt_detail_explains_a_degraded_flush(viewer_client):
+    row = make_receipt(
+        session_key="agent:main:webchat:alpha",
+        scope="repair",
+        status="repair_pending",
+        reason="parse_failed_archived",
+        target_path="memory/.raw_fallbacks/2026-05-29-flush.md",
+        content_hash="c" * 64,
+    )
+    checkpoint = make_receipt(session_key="agent:main:webchat:alpha", status="checkpoint_saved")
+
+    body = viewer_client.get(reverse("receipts:detail", args=[row.receipt_id])).content.decode()
+    plain = viewer_client.get(
+        reverse("receipts:detail", args=[checkpoint.receipt_id])
+    ).content.decode()
+
+    assert "Flush outcome" in body
+    assert "kept only as a raw archive" in body
+    assert '<dd data-field="safety_status">degraded_archive</dd>' in body
+    assert '<dd data-field="allows_destructive_compaction">yes</dd>' in body
+    assert "Flush outcome" not in plain

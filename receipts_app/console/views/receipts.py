@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from django.contrib import messages
 from django.db.models import Q
-from django.http import HttpResponse, QueryDict
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -15,6 +13,7 @@ from django_htmx.http import trigger_client_event
 from opensquilla_site.exceptions import ValidationFailed
 from opensquilla_site.pagination import decode_cursor, encode_cursor
 
+from ...flush_outcome import flush_outcome_for_row
 from ...models import MemoryDurableReceipt
 from ...requeue import AckOutcome, acknowledge_receipt, available_actions, requeue_receipt
 from ...selectors import (
@@ -42,30 +41,9 @@ from ..helpers import console_view as _console_view
 NEW_ROWS_CAP = 999
 
 
-RANGE_PARAMS = ("created_from", "created_to", "updated_from", "updated_to")
-
-
-def _dates_as_ms(params: QueryDict) -> QueryDict:
-    """Let operators type dates ("2025-01-31" or "2025-01-31T12:00", UTC) where the shared
-    filter takes epoch ms; anything unparseable is left for the filter to reject clearly."""
-    params = params.copy()
-    for name in RANGE_PARAMS:
-        value = (params.get(name) or "").strip()
-        if not value or value.lstrip("-").isdigit():
-            continue
-        try:
-            moment = datetime.fromisoformat(value)
-        except ValueError:
-            continue
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        params[name] = str(int(moment.timestamp() * 1000))
-    return params
-
-
 def _parse_filter(request: HtmxHttpRequest) -> tuple[ReceiptFilter | None, ValidationFailed | None]:
     try:
-        return ReceiptFilter.from_params(_dates_as_ms(request.GET)), None
+        return ReceiptFilter.from_params(request.GET), None
     except ValidationFailed as exc:
         return None, exc
 
@@ -163,6 +141,7 @@ def _detail_context(request: HtmxHttpRequest, receipt: MemoryDurableReceipt) -> 
         "events": cs.receipt_timeline(receipt.receipt_id),
         "related": cs.related_receipts(receipt),
         "preview": cs.receipt_preview(receipt),
+        "flush_outcome": flush_outcome_for_row(receipt),
         "actions": available_actions(receipt),
         "can_operate": can_operate(request.user),
     }
