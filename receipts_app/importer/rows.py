@@ -22,6 +22,7 @@ from sessions_app.models import Session, TranscriptEntry
 from .. import ledger
 from ..ledger import LEDGER_FIELDS
 from ..models import MemoryDurableReceipt
+from ..statuses import CHECKPOINT_SAVED, PREIMAGE_SAVED
 from .paths import check_receipt_path, is_file_path, normalise
 from .report import Counts, ImportReport
 from .source import SourceEntry, SourceReceipt, SourceSession
@@ -44,7 +45,7 @@ _ENTRY_FIELDS = (
     "created_at",
 )
 # Which receipts name a file whose bytes ``content_hash`` is the sha256 of.
-_HASHED_FILE_COLUMN = {"checkpoint_saved": "source_path", "preimage_saved": "target_path"}
+_HASHED_FILE_COLUMN = {CHECKPOINT_SAVED: "source_path", PREIMAGE_SAVED: "target_path"}
 
 
 @dataclass

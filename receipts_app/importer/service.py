@@ -32,6 +32,7 @@ from sessions_app.keys import normalize_agent_id
 
 from .. import audit
 from . import rows
+from .compactions import import_compactions
 from .errors import ImportSourceError
 from .files import copy_planned, plan_copies, remove_created, sha256_file
 from .paths import CHECKPOINT_DIR, RAW_FALLBACK_DIR
@@ -88,6 +89,7 @@ def import_opensquilla(
                 _import_sessions(source, report, report_progress, totals["sessions"])
                 _import_entries(source, report, report_progress, totals["transcript entries"])
                 _import_receipts(source, report, report_progress, totals["receipts"], facts)
+                import_compactions(source)  # degraded ones are repaired by the repair tick
                 rows.reset_entry_sequence()
                 if source_workspace is not None and checkpoint_root is not None:
                     _import_files(
