@@ -100,7 +100,15 @@ class Follower:
         log.info("mirror: following %s every %.1fs as %s", self.path, self.interval, self.owner)
         polls = 0
         while not stop.is_set():
-            self.poll()
+            try:
+                self.poll()
+            except Exception as exc:  # noqa: BLE001 - the loop must outlive any one poll
+                # Ending here would stop every process honcho runs with it; the error is
+                # logged with its traceback and shown, and the next poll tries again.
+                log.exception("mirror: unexpected error while following %s", self.path)
+                self.watch.close()
+                self._opened = None
+                self._record_unexpected(exc)
             polls += 1
             if max_polls is not None and polls >= max_polls:
                 return
@@ -146,6 +154,11 @@ class Follower:
             self.watch.forget_version()
             self._record_problem(problem)
             return "error"
+        except MirrorSource.DoesNotExist:
+            # Someone deleted this source's row (the admin, a reset): start it again.
+            self.source_id = self._source_row().pk
+            self.watch.forget_version()
+            return "retry"
         except DatabaseError as exc:
             # Our own database failed (restart, lock timeout): drop the connection, retry.
             log.error("mirror: ledger database error, retrying: %s", exc)
@@ -336,6 +349,12 @@ class Follower:
                 ]
             )
         self._last_heartbeat = now
+
+    def _record_unexpected(self, exc: Exception) -> None:
+        try:
+            self._record_problem(SourceProblem("internal", f"unexpected error: {exc!r}"))
+        except Exception:  # noqa: BLE001 - recording is best effort; the log has it
+            connection.close()
 
     def _record_problem(self, problem: SourceProblem) -> None:
         key = (problem.code, problem.message)

@@ -330,3 +330,32 @@ def test_the_gateway_closing_its_last_connection_is_not_mistaken_for_a_broken_so
     assert f.poll() == "synced"
     assert MemoryDurableReceipt.objects.get().status == "checkpoint_failed"
     assert mirror_states()[0]["error"] == ""
+
+
+def test_an_unexpected_error_in_a_poll_is_shown_and_the_loop_goes_on(gateway, monkeypatch):
+    gateway.add_session(GROUP_SENDER_KEY)
+    f = follower(gateway)
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(1)
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(f, "_sync", broken)
+    f.run(max_polls=2)
+    assert len(calls) == 2  # the loop survived the first failure
+    [state] = mirror_states()
+    assert state["error_code"] == "internal" and "boom" in state["error"]
+    monkeypatch.undo()
+    f.poll()
+    assert mirror_states()[0]["error"] == ""
+
+
+def test_a_deleted_source_row_is_recreated(gateway):
+    gateway.add_session(GROUP_SENDER_KEY)
+    f = follower(gateway)
+    f.poll()
+    MirrorSource.objects.all().delete()
+    assert f.poll() == "retry"
+    assert f.poll() == "synced"
+    assert MirrorSource.objects.get().initial_sync_done
