@@ -16,6 +16,8 @@ class MirrorStateOut(Schema):
     last_change_at: int | None
     lag_ms: int | None
     behind_ms: int | None
+    lag_seconds: float | None
+    checked_at: int | None
     error: str
     error_code: str
     error_since: int | None

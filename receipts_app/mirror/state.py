@@ -56,6 +56,17 @@ def _gone_count(model: type[Model]) -> Subquery:
     return Subquery(rows, output_field=IntegerField())
 
 
+def _behind(src: MirrorSource, now: int) -> int | None:
+    return None if src.last_sync_at is None else max(0, now - src.last_sync_at)
+
+
+def _lag_seconds(lag_ms: int | None, behind_ms: int | None, status: str) -> float | None:
+    if status in HEALTHY_STATUSES or status == WARNING:
+        return None if lag_ms is None else lag_ms / 1000
+    candidates = [v for v in (lag_ms, behind_ms) if v is not None]
+    return max(candidates) / 1000 if candidates else None
+
+
 def _configured_source() -> str | None:
     configured = getattr(settings, "OPENSQUILLA_SOURCE_DB", None)
     return str(Path(configured).expanduser().resolve()) if configured else None
@@ -68,7 +79,9 @@ def mirror_states() -> list[dict[str, Any]]:
     ``healthy`` (bool), ``phase`` (starting/importing/following), ``heartbeat_at``,
     ``last_sync_at`` (last pass that caught up), ``last_change_at`` (last pass that applied
     rows), ``lag_ms`` (upstream stamp of the newest applied row to our commit, last change),
-    ``behind_ms`` (now - last_sync_at), ``error``, ``error_code``, ``error_since``,
+    ``behind_ms`` (now - last_sync_at), ``lag_seconds`` (``lag_ms`` while healthy, else the
+    larger of it and ``behind_ms``: what /metrics and alerts read), ``checked_at`` (the
+    follower's last look at its source, = heartbeat), ``error``, ``error_code``, ``error_since``,
     ``warning``, ``rows_applied``, ``sessions_gone``, ``receipts_gone``, ``follower`` (lease
     holder). Times are epoch ms, None when unknown. One query.
     """
@@ -90,7 +103,11 @@ def mirror_states() -> list[dict[str, Any]]:
             "last_sync_at": src.last_sync_at,
             "last_change_at": src.last_change_at,
             "lag_ms": src.lag_ms,
-            "behind_ms": None if src.last_sync_at is None else max(0, now - src.last_sync_at),
+            "behind_ms": (behind := _behind(src, now)),
+            # For /metrics and alerts: the last change's lag while healthy; once stopped or
+            # failing, how long ago it last caught up (it grows until the mirror recovers).
+            "lag_seconds": _lag_seconds(src.lag_ms, behind, status),
+            "checked_at": src.heartbeat_at or None,
             "error": src.error,
             "error_code": src.error_code,
             "error_since": src.error_since,
@@ -120,6 +137,8 @@ def _never_started(path: str) -> dict[str, Any]:
         "last_change_at": None,
         "lag_ms": None,
         "behind_ms": None,
+        "lag_seconds": None,
+        "checked_at": None,
         "error": "OPENSQUILLA_SOURCE_DB is set but no follower has started "
         "(run `manage.py run_mirror`, or `make run`)",
         "error_code": "not_started",

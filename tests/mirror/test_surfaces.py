@@ -85,3 +85,14 @@ def test_overview_says_when_the_configured_follower_never_started(viewer_client,
 
 def test_overview_without_a_mirror_shows_no_mirror_panel(viewer_client):
     assert "OpenSquilla mirror" not in viewer_client.get("/").content.decode()
+
+
+def test_a_stopped_mirror_reports_a_lag_that_grows_for_metrics_and_alerts(gateway):
+    following(gateway)
+    MirrorSource.objects.update(heartbeat_at=1, last_sync_at=1, lag_ms=40)
+    from receipts_app.mirror.state import mirror_states
+
+    [state] = mirror_states()
+    assert state["status"] == "stopped"
+    assert state["lag_seconds"] > 1_000_000  # since epoch ms 1: far behind, not 0.04 s
+    assert state["checked_at"] == 1
