@@ -572,3 +572,16 @@ def test_failed_summary_is_retried_only_when_selected(workspaces, good_provider,
     assert [(p["sourceType"], p["status"]) for p in printed["processed"]] == [
         ("compaction_preimage", "repaired")
     ]
+
+
+def test_agent_list_reads_distinct_agents_in_two_queries(workspaces, django_assert_num_queries):
+    for index in range(30):
+        make_session(f"agent:research:webchat:q{index}")
+    make_receipt(session_key="agent:ops:webchat:s1", scope="repair", status="repair_pending")
+
+    with django_assert_num_queries(2) as captured:
+        agents = repair.repair_agent_ids()
+
+    assert agents == ["main", "ops", "research"]
+    # DISTINCT over agent_id alone: a default ordering column would return every session row.
+    assert all("updated_at" not in q["sql"] for q in captured.captured_queries)
