@@ -24,8 +24,8 @@ from ninja import NinjaAPI, Path, Router, Status
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
+from receipts_app.api import health_router, plans_router, session_receipts_router
 from receipts_app.api import router as receipts_router
-from receipts_app.api import session_receipts_router
 from sessions_app.api import router as sessions_router
 
 from .auth import ADMIN, principal
@@ -152,14 +152,14 @@ tokens_router = Router(tags=["tokens"], auth=ADMIN)
 
 
 @tokens_router.get(
-    "/tokens", response={200: TokenListOut, **errors(*AUTH_ERRORS)}, operation_id="list_api_tokens"
+    "", response={200: TokenListOut, **errors(*AUTH_ERRORS)}, operation_id="list_api_tokens"
 )
 def list_api_tokens(request: HttpRequest) -> dict[str, Any]:
     return {"items": list(ApiToken.objects.select_related("user").order_by("-created_at", "-id"))}
 
 
 @tokens_router.post(
-    "/tokens",
+    "",
     response={201: TokenCreatedOut, **errors(*WRITE_ERRORS)},
     operation_id="create_api_token",
 )
@@ -173,7 +173,7 @@ def create_token(request: HttpRequest, payload: TokenIn) -> Status[Any]:
 
 
 @tokens_router.delete(
-    "/tokens/{token_id}",
+    "/{token_id}",
     response={200: TokenOut, **errors(*AUTH_ERRORS, 404, 422)},
     operation_id="revoke_api_token",
 )
@@ -181,9 +181,12 @@ def revoke_token(request: HttpRequest, token_id: int = Path(..., ge=1, le=2**63 
     return revoke_api_token(token_id=token_id)
 
 
-# Order matters: the receipt-backed session routes (…/checkpoints, …/flush, …/coverage) must
-# be matched before the sessions router's catch-all ``sessions/{path:key}``.
-api.add_router("/", session_receipts_router)
-api.add_router("/", sessions_router)
-api.add_router("/", receipts_router)
-api.add_router("/", tokens_router)
+# Each router under its own prefix. Order matters within /sessions: the receipt-backed
+# session routes (…/checkpoints, …/flush, …/coverage) must be matched before the sessions
+# router's catch-all ``sessions/{path:key}``.
+api.add_router("/sessions", session_receipts_router)
+api.add_router("/sessions", sessions_router)
+api.add_router("/receipts", receipts_router)
+api.add_router("/requeue-plans", plans_router)
+api.add_router("/health", health_router)
+api.add_router("/tokens", tokens_router)

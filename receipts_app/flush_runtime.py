@@ -6,7 +6,7 @@ The flush package is Django-free; this module gives it the product's pieces:
 - the archive workspace (``OPENSQUILLA_MEMORY_WORKSPACE``, ``{agent}`` substituted, else the
   checkpoint workspace, else none: the flush then ends ``archive_failed`` and says so);
 - the session-identity and checkpoint-exists resolvers, and the durable receipt writer
-  (DOMAIN.md 6.7), which upserts fenced on the generation captured when the flush began.
+  (docs/UPSTREAM.md#receipt-writer), which upserts fenced on the generation captured when the flush began.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ async def checkpoint_exists_resolver(session_key: str, session_id: str | None) -
 
 
 def _text_or_none(value: Any) -> str | None:
-    # Empty strings are stored as NULL for every optional column (DOMAIN.md 6.7).
+    # Empty strings are stored as NULL for every optional column (docs/UPSTREAM.md#receipt-writer).
     return str(value) if value else None
 
 

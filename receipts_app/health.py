@@ -1,4 +1,4 @@
-"""Memory health derived from the ledger (DOMAIN.md 9.4), per agent.
+"""Memory health derived from the ledger (docs/UPSTREAM.md#health), per agent.
 
 Upstream's two signals are kept exactly, with one change this product exists for: rows an
 operator resolved (``checkpoint_recovered``, ``checkpoint_superseded``, ``acknowledged``)

@@ -1,4 +1,4 @@
-"""The repair worker: re-distil raw-fallback archives into memory (DOMAIN.md 8 and 2.4).
+"""The repair worker: re-distil raw-fallback archives into memory (docs/UPSTREAM.md#repair).
 
 One tick: return stale claims to the queue, import unreferenced archives as legacy rows,
 then claim due rows one at a time, run the flush over the archive, and record the outcome
@@ -274,7 +274,7 @@ def repair_raw_fallback_source(
 ) -> dict[str, Any]:
     """Flush one archive again; ``status`` is ``repaired`` or ``failed_retryable``.
 
-    ``repaired`` requires a strictly safe LLM write (DOMAIN.md 6.5): a no-op or a degraded
+    ``repaired`` requires a strictly safe LLM write (docs/UPSTREAM.md#flush-outcomes-and-ledger-rows): a no-op or a degraded
     flush counts as a failure, so an archive with nothing memorable is retried until it is
     abandoned, as upstream.
     """

@@ -1,4 +1,4 @@
-"""Sessions and their transcripts (DOMAIN.md section 7)."""
+"""Sessions and their transcripts (docs/UPSTREAM.md#sessions-and-transcripts)."""
 
 from __future__ import annotations
 

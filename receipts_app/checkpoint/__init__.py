@@ -1,4 +1,4 @@
-"""Deterministic checkpoints: JSONL transcript snapshots plus their receipts (DOMAIN.md 5).
+"""Deterministic checkpoints: JSONL transcript snapshots plus their receipts (docs/UPSTREAM.md#checkpoints).
 
 The hashes, ids, paths and file bytes are byte-compatible with OpenSquilla 0.3.0; the golden
 tests pin them. ``record_memory_checkpoint`` calls ``append_checkpoint_events`` through this

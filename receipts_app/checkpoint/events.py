@@ -1,4 +1,4 @@
-"""Checkpoint events: one per transcript entry plus one per tool call (DOMAIN.md 5.2)."""
+"""Checkpoint events: one per transcript entry plus one per tool call (docs/UPSTREAM.md#checkpoint-events)."""
 
 from __future__ import annotations
 

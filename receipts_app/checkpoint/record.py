@@ -40,7 +40,7 @@ class CheckpointTimeoutError(TimeoutError):
 
 
 class _Deadline:
-    """One budget shared by every phase of a checkpoint (DOMAIN.md 5.4 step 8)."""
+    """One budget shared by every phase of a checkpoint (docs/UPSTREAM.md#deadline)."""
 
     def __init__(self, timeout: float | None) -> None:
         self.expires_at = None if timeout is None else time.monotonic() + max(0.0, timeout)

@@ -1,4 +1,4 @@
-"""OpenSquilla's session flush, ported as a Django-independent package (DOMAIN.md 6).
+"""OpenSquilla's session flush, ported as a Django-independent package (docs/UPSTREAM.md#flush).
 
 Import from here: the submodules are an implementation detail. Only
 ``receipts_app.flush.providers.select_flush_provider`` touches Django settings, and only

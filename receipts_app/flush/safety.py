@@ -1,4 +1,6 @@
-"""Which ledger row each flush outcome produces (DOMAIN.md 6.5), and the save-path guard.
+"""Which ledger row each flush outcome produces, and the save-path guard.
+
+See docs/UPSTREAM.md#flush-outcomes-and-ledger-rows.
 
 What an outcome *means* (strictly safe, archived and repairable, failed) is decided once,
 by the classifier in ``status.py``; this module only maps that classification to a row.
@@ -57,7 +59,7 @@ def ledger_row_fields(
     elif classified.safety_status == "safe":
         scope, row_status, reason = "flush", "flush_appended", None
     else:
-        # Skipped, no-op and not-strictly-safe LLM writes leave no row (DOMAIN.md 11).
+        # Skipped, no-op and not-strictly-safe LLM writes leave no row (docs/UPSTREAM.md#flush-outcomes-and-ledger-rows).
         return None
     return {
         "scope": scope,

@@ -1,4 +1,4 @@
-"""``SessionFlushService``: distil a transcript into memory, or archive it raw (DOMAIN.md 6).
+"""``SessionFlushService``: distil a transcript into memory, or archive it raw (docs/UPSTREAM.md#flush).
 
 Fallback chain: pre-image archive -> LLM extraction + one ``memory_save`` -> raw archive ->
 ``archive_failed``. Every outcome goes through ``_done``, which stamps the receipt's
@@ -262,7 +262,7 @@ class SessionFlushService:
         checkpoint_exists: bool | None = None,
         record_receipt: bool = True,
     ) -> FlushReceipt:
-        """Archive directly, outside ``execute`` (upstream's test hook, DOMAIN.md 6.5).
+        """Archive directly, outside ``execute`` (upstream's test hook, docs/UPSTREAM.md#flush-outcomes-and-ledger-rows).
 
         With ``record_receipt`` the ledger row is written too; failures are not cached,
         so each failing call writes another row.
@@ -316,7 +316,7 @@ class SessionFlushService:
 
     @staticmethod
     def _stamp(receipt: FlushReceipt, run: FlushRun) -> FlushReceipt:
-        """Stamp session_id, turn_id, source_path and a content hash (DOMAIN.md 6.6)."""
+        """Stamp session_id, turn_id, source_path and a content hash (docs/UPSTREAM.md#flush-outcomes-and-ledger-rows)."""
         content_hash = receipt.content_hash
         # Every row needs a hash for idempotency; synthesise one when the write had none.
         if content_hash is None and receipt.mode == "llm" and receipt.flushed_paths:

@@ -1,4 +1,4 @@
-"""The durable receipt ledger: OpenSquilla's storage API on the Django ORM (DOMAIN.md 3).
+"""The durable receipt ledger: OpenSquilla's storage API on the Django ORM (docs/UPSTREAM.md#the-ledger).
 
 The hot paths (single-row upsert and update, the exact coverage lookup, the bulk upsert) run
 prebuilt parameterised SQL from :mod:`.fastsql`; the rest is ORM.

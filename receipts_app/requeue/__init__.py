@@ -1,4 +1,4 @@
-"""The requeue engine (PRODUCT.md 3): the one service every surface calls.
+"""The requeue engine (docs/STATUSES.md#requeue-outcomes): the one service every surface calls.
 
 - ``rules``: what a requeue would do (``classify_requeue``, ``available_actions``), no writes
 - ``engine``: ``requeue_receipt``, ``acknowledge_receipt``, ``complete_checkpoint_requeue``

@@ -113,7 +113,7 @@ def requeue_receipt(
     expected_updated_at: int | None = None,
     plan_id: str | None = None,
 ) -> RequeueResult:
-    """Requeue one receipt by PRODUCT.md 3 and record the outcome, whatever it is.
+    """Requeue one receipt by docs/STATUSES.md#requeue-outcomes and record the outcome, whatever it is.
 
     Terminal repairs (and repair rows waiting on a backoff) go back to ``repair_pending``,
     due now, with ``attempt_count = 0``: a fresh budget of four attempts, exactly what a

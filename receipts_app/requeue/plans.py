@@ -16,10 +16,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 
 from opensquilla_site import timeutil
 from opensquilla_site.exceptions import ValidationFailed
+from opensquilla_site.pagination import keyset_after
 
 from ..audit import Actor
 from ..models import MemoryDurableReceipt, RequeuePlan
@@ -31,15 +32,18 @@ from .rules import ROW_FACT_FIELDS, BatchContext, RowFacts, classify_requeue
 logger = logging.getLogger(__name__)
 
 ACTIVE_STATES = ("queued", "running", "done")
-_ALIASES = {"reason_contains": "reason", "statuses": "status", "scopes": "scope"}
 _PREVIEW_BATCH = 1000
 # A plan gets one more runner per this many rows left, up to the caller's maximum.
 _ROWS_PER_EXTRA_RUNNER = 2000
 
 
 def _freeze_filters(filters: dict[str, Any]) -> dict[str, Any]:
-    """Normalise through the shared selector, so the plan selects what the console showed."""
-    params = {_ALIASES.get(k, k): v for k, v in (filters or {}).items()}
+    """Normalise through the shared selector, so the plan selects what the console showed.
+
+    A plan stores ``ReceiptFilter.to_params()``: the same query parameters the API, the CLI
+    and the console's URLs use, parsed back by ``ReceiptFilter.from_params``.
+    """
+    params = dict(filters or {})
     unknown = sorted(set(params) - set(ReceiptFilter.PARAMS))
     if unknown:
         raise ValidationFailed(f"unknown filter keys: {', '.join(unknown)}")
@@ -111,11 +115,8 @@ def create_requeue_plan(
 def _after(qs: QuerySet[Any, Any], created_at: int | None, pk: int | None) -> QuerySet[Any, Any]:
     if created_at is None or pk is None:
         return qs
-    # The redundant ``created_at >= cursor`` is what an index can seek to; the OR alone
-    # makes PostgreSQL scan from the start of the ordering index on every batch.
-    return qs.filter(
-        Q(created_at__gte=created_at),
-        Q(created_at__gt=created_at) | Q(created_at=created_at, id__gt=pk),
+    return keyset_after(
+        qs, order_field="created_at", value=created_at, tie_value=pk, newest_first=False
     )
 
 

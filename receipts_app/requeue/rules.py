@@ -1,4 +1,4 @@
-"""What a requeue or an acknowledge WOULD do to one receipt (PRODUCT.md 3). No writes.
+"""What a requeue or an acknowledge WOULD do to one receipt (docs/STATUSES.md#requeue-outcomes). No writes.
 
 The same rules serve the dry run of a plan, the console's action buttons and the requeue
 itself, so an operator is never shown an outcome the engine would not produce.

@@ -252,7 +252,10 @@ def test_seed_demo_is_idempotent_and_covers_every_status(tmp_path, settings, mon
         ),
         (("export_receipts", "--filter", "colour=red"), "unknown filter keys: colour"),
         (("export_receipts", "--filter", "status"), "--filter expects KEY=VALUE"),
-        (("export_receipts", "--created-from", "last week"), "epoch milliseconds or an ISO date"),
+        (
+            ("export_receipts", "--created-from", "last week"),
+            "created_from must be epoch milliseconds or an ISO 8601 date",
+        ),
         (
             ("export_receipts", "--output", "/nonexistent/dir/x.jsonl"),
             "output directory does not exist",

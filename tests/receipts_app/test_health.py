@@ -1,4 +1,4 @@
-"""Ledger-derived health (DOMAIN.md 9.4) with this product's resolved statuses."""
+"""Ledger-derived health (docs/UPSTREAM.md#health) with this product's resolved statuses."""
 
 from __future__ import annotations
 

@@ -205,7 +205,7 @@ def test_plan_filters_use_the_shared_receipt_filter():
         session_key="agent:ops:cron:other", scope="repair", status="repair_failed", reason="timeout"
     )
     plan = create_requeue_plan(
-        filters={"agent": "ops", "reason_contains": "oserror", "scope": "repair"},
+        filters={"agent": "ops", "reason": "oserror", "scope": "repair"},
         receipt_ids=None,
         actor=DAVE,
     )

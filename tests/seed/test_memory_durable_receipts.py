@@ -1,4 +1,4 @@
-"""Port of ../shared/seed/test_memory_durable_receipts.py (the contract this project came from).
+"""Port of upstream's durable-receipt contract test, the one this project came from.
 
 Only the plumbing differs from the seed: imports, and ``SessionStorage`` / ``SessionManager``
 are thin adapters over our ledger, session services and checkpoint functions. Every

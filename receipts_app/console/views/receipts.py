@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from django.contrib import messages
 from django.db.models import Q
-from django.http import HttpResponse, QueryDict
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -49,30 +47,9 @@ ROW_REQUEUE_STATUSES = ROW_REQUEUEABLE_STATUSES
 NEW_ROWS_CAP = 999
 
 
-RANGE_PARAMS = ("created_from", "created_to", "updated_from", "updated_to")
-
-
-def _dates_as_ms(params: QueryDict) -> QueryDict:
-    """Let operators type dates ("2025-01-31" or "2025-01-31T12:00", UTC) where the shared
-    filter takes epoch ms; anything unparseable is left for the filter to reject clearly."""
-    params = params.copy()
-    for name in RANGE_PARAMS:
-        value = (params.get(name) or "").strip()
-        if not value or value.lstrip("-").isdigit():
-            continue
-        try:
-            moment = datetime.fromisoformat(value)
-        except ValueError:
-            continue
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        params[name] = str(int(moment.timestamp() * 1000))
-    return params
-
-
 def _parse_filter(request: HtmxHttpRequest) -> tuple[ReceiptFilter | None, ValidationFailed | None]:
     try:
-        return ReceiptFilter.from_params(_dates_as_ms(request.GET)), None
+        return ReceiptFilter.from_params(request.GET), None
     except ValidationFailed as exc:
         return None, exc
 
