@@ -49,6 +49,7 @@ run: demo
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache  # the layering contracts in pyproject.toml
 
 typecheck: install
 	$(BIN)/mypy opensquilla_site sessions_app receipts_app

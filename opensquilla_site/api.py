@@ -3,7 +3,7 @@
 Every error is JSON ``{"detail": …, "code": …}``. The handlers below are the only place where
 domain errors become HTTP statuses:
 - ``ApplicationError`` subclasses carry their own status and code;
-- ``KeyError`` is 404, except the generation fence ("Session generation changed"), 409;
+- ``KeyError`` is 404 (``GenerationChanged`` is an ``ApplicationError`` first: 409);
 - ``ValueError`` is 422, as is a request that fails schema validation;
 - a write refused by a unique constraint is 409;
 - unparseable JSON is 400, a body over the limit 413, a missing or bad credential 401, a
@@ -29,7 +29,7 @@ from receipts_app.api import router as receipts_router
 from sessions_app.api import router as sessions_router
 
 from .auth import ADMIN, principal
-from .exceptions import ApplicationError, is_generation_fence
+from .exceptions import ApplicationError
 from .limits import LimitedJsonParser, RequestBodyTooLarge
 from .models import ApiToken
 from .schemas import (
@@ -74,8 +74,6 @@ def _application_error(request: HttpRequest, exc: ApplicationError) -> HttpRespo
 @api.exception_handler(KeyError)
 def _key_error(request: HttpRequest, exc: KeyError) -> HttpResponse:
     message = str(exc.args[0]) if exc.args else "not found"
-    if is_generation_fence(exc):
-        return _error(request, 409, message, "generation_changed")
     return _error(request, 404, message, "not_found")
 
 

@@ -293,7 +293,7 @@ def execute_requeue_plan(request: HttpRequest, plan_id: str) -> Status[Any]:
     caller = principal(request)
 
     def act() -> Status[Any]:
-        plan = requeue.execute_requeue_plan(plan_id=plan_id, actor=_actor(caller))
+        plan = requeue.start_requeue_plan(plan_id=plan_id, actor=_actor(caller))
         return Status(202, RequeuePlanOut.from_orm(plan))
 
     return run_idempotent(request, owner=caller.idempotency_owner, action=act)
@@ -353,9 +353,7 @@ def create_checkpoint(
                 ),
             )
         started = now_ms()
-        task_id = services.enqueue_checkpoint(
-            session_key=key, actor=_actor(caller), turn_id=turn_id
-        )
+        task_id = services.queue_checkpoint(session_key=key, actor=_actor(caller), turn_id=turn_id)
         url = _receipts_url(
             session_key=canonicalize_session_key(key), scope="checkpoint", updated_from=started
         )
@@ -379,7 +377,7 @@ def flush_session(request: HttpRequest, key: str, wait: bool = False) -> Status[
         started = now_ms()
         canonical = canonicalize_session_key(key)
         if not wait:
-            task_id = services.enqueue_flush(session_key=key, actor=_actor(caller))
+            task_id = services.queue_flush(session_key=key, actor=_actor(caller))
             url = _receipts_url(session_key=canonical, updated_from=started)
             return Status(202, TaskOut(task_id=task_id, status_url=url))
         outcome, written = services.flush_now(session_key=key, actor=_actor(caller))

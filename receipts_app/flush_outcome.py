@@ -22,6 +22,7 @@ from .flush import FlushStatus, classify_flush_receipt
 from .flush.status import RAW_ARCHIVE_PREFIX
 from .flush.types import ARCHIVED_RESULT_STATUSES
 from .models import MemoryDurableReceipt
+from .statuses import FLUSH_APPENDED
 
 # What each classification means to an operator deciding whether memory is at risk.
 SAFETY_TEXT = {
@@ -56,7 +57,7 @@ class FlushOutcome:
 
 def _recorded_receipt(row: MemoryDurableReceipt) -> dict[str, Any] | None:
     reason = row.reason or ""
-    if row.scope == "flush" and row.status == "flush_appended":
+    if row.scope == "flush" and row.status == FLUSH_APPENDED:
         return {
             "mode": "llm",
             "result_status": "ok_candidates_written",

@@ -20,6 +20,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from opensquilla_site.exceptions import GenerationChanged
 from sessions_app import services as session_services
 from sessions_app.keys import canonicalize_session_key, normalize_agent_id
 from sessions_app.models import TranscriptEntry
@@ -29,6 +30,7 @@ from .flush import FlushReceipt, Message, SessionFlushService
 from .flush.memory_save import MemorySaveHandler, MemorySaveToolRegistry
 from .flush.providers import select_flush_provider
 from .models import MemoryDurableReceipt
+from .statuses import CHECKPOINT_SAVED
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +100,7 @@ def _checkpoint_exists(session_key: str, session_id: str | None) -> bool:
         session_key=session_key,
         session_id=session_id,
         scope="checkpoint",
-        status="checkpoint_saved",
+        status=CHECKPOINT_SAVED,
         limit=1,
     )
     return bool(rows)
@@ -228,7 +230,7 @@ def write_durable_flush_receipt(receipt: Any, **row: Any) -> MemoryDurableReceip
             ),
             expected_session_id=captured,
         )
-    except KeyError as exc:
+    except GenerationChanged as exc:
         logger.warning(
             "session_flush.receipt_write_fenced key=%s status=%s: %s",
             session_key,

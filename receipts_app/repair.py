@@ -51,7 +51,13 @@ from .flush_runtime import (
     memory_workspace_template,
 )
 from .models import MemoryDurableReceipt
-from .statuses import REPAIR_ABANDONED, REPAIR_DONE, REPAIR_PENDING, REPAIR_RUNNING
+from .statuses import (
+    REPAIR_ABANDONED,
+    REPAIR_DONE,
+    REPAIR_PENDING,
+    REPAIR_QUEUE_STATUSES,
+    REPAIR_RUNNING,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -343,7 +349,7 @@ def repair_durable_receipt_source(
         return {**base, "status": "skipped", "reason": "unsupported_repair_source"}
     claimed = ledger.claim_memory_repair_receipt(
         row.receipt_id,
-        eligible_statuses=ledger.REPAIR_QUEUE_STATUSES,
+        eligible_statuses=REPAIR_QUEUE_STATUSES,
         claimed_status=REPAIR_RUNNING,
         now_ms=now,
     )
@@ -630,7 +636,7 @@ def run_memory_repair_once(
         if limit <= 0:
             return summary_results
         rows = ledger.list_memory_repair_receipts(
-            statuses=ledger.REPAIR_QUEUE_STATUSES,
+            statuses=REPAIR_QUEUE_STATUSES,
             limit=scan_limit,
             due_before_ms=now,
             path=selected_path,
@@ -703,7 +709,7 @@ def repair_agent_ids() -> list[str]:
     # order_by() drops the models' default ordering, which DISTINCT would otherwise include.
     sessions = Session.objects.order_by().values_list("agent_id", flat=True).distinct()
     queued = (
-        MemoryDurableReceipt.objects.filter(status__in=ledger.REPAIR_QUEUE_STATUSES)
+        MemoryDurableReceipt.objects.filter(status__in=REPAIR_QUEUE_STATUSES)
         .exclude(agent_id="")
         .order_by()
         .values_list("agent_id", flat=True)
@@ -769,7 +775,7 @@ def repair_one(receipt_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
         except KeyError:
             return {"receiptId": receipt_id, "status": "skipped", "reason": "receipt_missing"}
         now = wall_clock_ms() if now_ms is None else now_ms
-        if row.status not in ledger.REPAIR_QUEUE_STATUSES:
+        if row.status not in REPAIR_QUEUE_STATUSES:
             return {**repair_receipt_to_wire(row), "status": "skipped", "reason": "not_queued"}
         if row.next_retry_at_ms is not None and row.next_retry_at_ms > now:
             return {**repair_receipt_to_wire(row), "status": "skipped", "reason": "not_due"}

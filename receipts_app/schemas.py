@@ -332,18 +332,32 @@ class MemorySafetyOut(Schema):
     errorStatuses: dict[str, int]  # noqa: N815
     sampleReceiptIds: list[str]  # noqa: N815
     rowsChecked: int  # noqa: N815
+    filter: dict[str, Any] = Field(
+        description="receipt filter (list query parameters) selecting exactly the errorCount rows"
+    )
+    hashMismatchCount: int  # noqa: N815
+    hashMismatchFilter: dict[str, Any] | None = Field(  # noqa: N815
+        description="the rows whose status or reason names a hash mismatch, by receipt_id"
+    )
 
 
 class SemanticMemoryOut(Schema):
     status: str
     repairBacklogCount: int  # noqa: N815
     oldestRepairCreatedAt: int | None  # noqa: N815
+    filter: dict[str, Any] = Field(description="the receipt filter listing the backlog")
+
+
+class TerminalRepairsOut(Schema):
+    count: int = Field(description="repair_failed and repair_abandoned rows")
+    filter: dict[str, Any] = Field(description="the receipt filter listing them")
 
 
 class HealthOut(Schema):
     agentId: str | None  # noqa: N815
     memorySafety: MemorySafetyOut  # noqa: N815
     semanticMemory: SemanticMemoryOut  # noqa: N815
+    terminalRepairs: TerminalRepairsOut  # noqa: N815
 
 
 class HealthListOut(Schema):

@@ -24,9 +24,7 @@ from sessions_app.services import get_transcript
 from .checkpoint import checkpoint_coverage_hash, checkpoint_turn_id
 from .ledger import due_q, list_memory_durable_receipts, literal_prefix
 from .models import MemoryDurableReceipt
-from .statuses import FAILURE_STATUSES as FAILURE_STATUSES
-from .statuses import KNOWN_SCOPES as KNOWN_SCOPES
-from .statuses import KNOWN_STATUSES as KNOWN_STATUSES
+from .statuses import CHECKPOINT_SAVED, KNOWN_STATUSES
 
 COUNT_CAP = 10_000
 _MS_MAX = 10**15  # about year 33658: anything larger is a typo, not a time
@@ -335,7 +333,7 @@ def current_checkpoint_coverage(session: Session) -> tuple[MemoryDurableReceipt 
         session_key=session.session_key,
         session_id=session.session_id,
         scope="checkpoint",
-        status="checkpoint_saved",
+        status=CHECKPOINT_SAVED,
         coverage_turn_id=checkpoint_turn_id(entries),
         coverage_hash=checkpoint_coverage_hash(entries),
         coverage_entry_count=len(entries),

@@ -25,7 +25,7 @@ from sessions_app.keys import normalize_agent_id
 
 from ..ledger import literal_prefix
 from ..models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
-from ..selectors import FAILURE_STATUSES
+from ..statuses import FAILURE_STATUSES
 
 # --- overview counts ----------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..statuses import CHECKPOINT_FAILED, FLUSH_APPENDED, REPAIR_FAILED, REPAIR_PENDING
 from .status import (
     classify_flush_receipt,
     flush_receipt_allows_destructive_compaction,
@@ -48,16 +49,16 @@ def ledger_row_fields(
     """The ledger row for a finished flush, or None when the outcome writes no row."""
     classified = classify_flush_receipt(receipt)
     if classified.repair_status == "pending":
-        scope, row_status, reason = "repair", "repair_pending", receipt.result_status
+        scope, row_status, reason = "repair", REPAIR_PENDING, receipt.result_status
     elif classified.repair_status == "failed":
         # Without a checkpoint nothing durable covers the transcript: say so loudly.
         if checkpoint_exists is False:
-            scope, row_status = "checkpoint", "checkpoint_failed"
+            scope, row_status = "checkpoint", CHECKPOINT_FAILED
         else:
-            scope, row_status = "repair", "repair_failed"
+            scope, row_status = "repair", REPAIR_FAILED
         reason = "archive_failed"
     elif classified.safety_status == "safe":
-        scope, row_status, reason = "flush", "flush_appended", None
+        scope, row_status, reason = "flush", FLUSH_APPENDED, None
     else:
         # Skipped, no-op and not-strictly-safe LLM writes leave no row (docs/UPSTREAM.md#flush-outcomes-and-ledger-rows).
         return None

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from ..statuses import PREIMAGE_SAVED
 from .archive import DEFAULT_RAW_ARCHIVE_MAX_CHARS
 from .calls import FlushRun, ToolHandler, error_fields, raw_status, resolved
 from .llm import llm_flush
@@ -398,7 +399,7 @@ class SessionFlushService:
             return
         fields = {
             "scope": "preimage",
-            "status": "preimage_saved",
+            "status": PREIMAGE_SAVED,
             "reason": receipt.raw_reason,
             "target_path": receipt.flushed_paths[0],
             "session_id": receipt.session_id,

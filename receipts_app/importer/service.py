@@ -36,6 +36,7 @@ from sessions_app.models import Session, TranscriptEntry
 from .. import audit
 from ..ledger import LEDGER_FIELDS
 from ..models import MemoryDurableReceipt
+from ..statuses import CHECKPOINT_SAVED, PREIMAGE_SAVED
 from .compactions import import_compactions
 from .errors import ImportSourceError
 from .files import copy_planned, plan_copies, remove_created, sha256_file
@@ -63,7 +64,7 @@ _ENTRY_FIELDS = (
     "created_at",
 )
 # Which receipts name a file whose bytes ``content_hash`` is the sha256 of.
-_HASHED_FILE_COLUMN = {"checkpoint_saved": "source_path", "preimage_saved": "target_path"}
+_HASHED_FILE_COLUMN = {CHECKPOINT_SAVED: "source_path", PREIMAGE_SAVED: "target_path"}
 
 
 @dataclass

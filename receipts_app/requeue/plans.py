@@ -22,10 +22,10 @@ from opensquilla_site import timeutil
 from opensquilla_site.exceptions import ValidationFailed
 from opensquilla_site.pagination import keyset_after
 
+from .. import enqueue
 from ..audit import Actor
 from ..models import MemoryDurableReceipt, RequeuePlan
 from ..selectors import ReceiptFilter, filter_receipts
-from . import dispatch
 from .batch import requeue_batch
 from .rules import ROW_FACT_FIELDS, BatchContext, RowFacts, classify_requeue
 
@@ -138,8 +138,9 @@ def get_requeue_plan(plan_id: str) -> RequeuePlan:
     return plan
 
 
-def execute_requeue_plan(*, plan_id: str, actor: Actor) -> RequeuePlan:
-    """Queue the plan's execution once. A queued, running or done plan is returned as is.
+def start_requeue_plan(*, plan_id: str, actor: Actor) -> RequeuePlan:
+    """Queue the plan's execution once (a ``run_requeue_plan`` task runs it). A queued,
+    running or done plan is returned as is.
 
     A failed plan may be executed again; it resumes from its cursor.
     """
@@ -153,7 +154,7 @@ def execute_requeue_plan(*, plan_id: str, actor: Actor) -> RequeuePlan:
         plan.error = ""
         plan.updated_at = timeutil.now_ms()
         plan.save(update_fields=["state", "error", "updated_at"])
-        dispatch.enqueue_plan(plan.plan_id)
+        enqueue.send(enqueue.plan_runner_message(plan.plan_id))
         logger.info("requeue plan %s queued by %s@%s", plan_id, actor.name, actor.surface)
     return plan
 
@@ -176,14 +177,14 @@ def fan_out_requeue_plan(plan_id: str, *, runners: int) -> int:
     remaining = max(0, plan["total"] - plan["processed"])
     extra = max(0, min(runners - 1, remaining // _ROWS_PER_EXTRA_RUNNER))
     for _ in range(extra):
-        dispatch.enqueue_on_commit("execute_requeue_plan", plan_id, fan_out=False)
+        enqueue.send(enqueue.plan_runner_message(plan_id, fan_out=False))
     return extra
 
 
 def run_requeue_plan(
     plan_id: str, *, batch_size: int = 500, time_budget_s: float | None = None
 ) -> RequeuePlan:
-    """Execute the plan's remaining batches (the body of the ``execute_requeue_plan`` task).
+    """Execute the plan's remaining batches (the body of the ``run_requeue_plan`` task).
 
     Returns with ``state == "running"`` when ``time_budget_s`` ran out between batches; the
     task then re-enqueues itself. A batch that raises marks the plan ``failed`` with the

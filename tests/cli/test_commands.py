@@ -163,7 +163,7 @@ def test_requeue_executes_the_plan_and_records_the_cli_actor(
     assert MemoryDurableReceipt.objects.get(pk=abandoned.pk).status == "repair_pending"
     events = ReceiptEvent.objects.filter(outcome="requeued")
     assert {(e.actor, e.surface, e.reason) for e in events} == {("frank", "cli", "disk replaced")}
-    assert sorted(name for name, *_ in sent if name != "execute_requeue_plan") == [
+    assert sorted(name for name, *_ in sent if name != "run_requeue_plan") == [
         "checkpoint_session",
         "repair_receipt",
     ]

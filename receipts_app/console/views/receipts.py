@@ -15,11 +15,8 @@ from opensquilla_site.pagination import decode_cursor, encode_cursor
 
 from ...flush_outcome import flush_outcome_for_row
 from ...models import MemoryDurableReceipt
-from ...requeue import acknowledge_receipt, available_actions, requeue_receipt
+from ...requeue import AckOutcome, acknowledge_receipt, available_actions, requeue_receipt
 from ...selectors import (
-    FAILURE_STATUSES,
-    KNOWN_SCOPES,
-    KNOWN_STATUSES,
     ReceiptFilter,
     capped_count,
     filter_receipts,
@@ -27,7 +24,7 @@ from ...selectors import (
     page_receipts,
     status_counts,
 )
-from ...statuses import ROW_REQUEUEABLE_STATUSES
+from ...statuses import FAILURE_STATUSES, KNOWN_SCOPES, KNOWN_STATUSES, ROW_REQUEUEABLE_STATUSES
 from .. import selectors as cs
 from ..helpers import (
     CHANGED_EVENT,
@@ -41,9 +38,6 @@ from ..helpers import (
 )
 from ..helpers import console_view as _console_view
 
-# Rows that get a one-click requeue button. The engine still decides the outcome; this only
-# keeps the button off rows where it could never do anything (successes, in-flight work).
-ROW_REQUEUE_STATUSES = ROW_REQUEUEABLE_STATUSES
 NEW_ROWS_CAP = 999
 
 
@@ -73,7 +67,7 @@ def receipt_list(request: HtmxHttpRequest) -> HttpResponse:
         "failure_statuses": FAILURE_STATUSES,
         "known_scopes": KNOWN_SCOPES,
         "can_operate": can_operate(request.user),
-        "row_requeue_statuses": ROW_REQUEUE_STATUSES,
+        "row_requeue_statuses": ROW_REQUEUEABLE_STATUSES,
         "limit": limit,
         "filter_error": error,
     }
@@ -204,7 +198,7 @@ def _after_action(
         context.update(
             row=receipt,
             can_operate=True,
-            row_requeue_statuses=ROW_REQUEUE_STATUSES,
+            row_requeue_statuses=ROW_REQUEUEABLE_STATUSES,
             failure_statuses=FAILURE_STATUSES,
         )
         response = render(request, "console/_receipt_row.html", context, status=status)
@@ -250,5 +244,5 @@ def receipt_acknowledge(request: HtmxHttpRequest, receipt_id: str) -> HttpRespon
         )
     except ValueError as exc:
         return _after_action(request, receipt_id, str(exc), False, status=400)
-    ok = str(result.outcome) == "acknowledged"
+    ok = result.outcome is AckOutcome.ACKNOWLEDGED
     return _after_action(request, receipt_id, f"{result.outcome}: {result.message}", ok)
