@@ -43,7 +43,7 @@ lint: install
 	$(BIN)/ruff format --check .
 
 typecheck: install
-	$(BIN)/mypy opensquilla_site sessions_app receipts_app
+	$(BIN)/mypy opensquilla_site sessions_app receipts_app operations_app
 
 pytest: install system-deps
 	$(BIN)/python manage.py makemigrations --check --dry-run

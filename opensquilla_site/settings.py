@@ -53,9 +53,12 @@ INSTALLED_APPS = [
     "opensquilla_site",
     "sessions_app",
     "receipts_app",
+    "operations_app",
 ]
 
 MIDDLEWARE = [
+    # First: /healthz and /readyz answer before the host check and the HTTPS redirect.
+    "operations_app.probe_views.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -261,3 +264,9 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# --- Operations signals (operations_app; docs/OPERATIONS.md) ------------------------------
+# Seconds each /readyz probe (database, broker) may take before it counts as failed.
+OPENSQUILLA_READYZ_TIMEOUT = float(os.environ.get("OPENSQUILLA_READYZ_TIMEOUT", "2"))
+# Networks (CIDR) whose scrapers may read /metrics without a token; empty: a token is required.
+OPENSQUILLA_METRICS_ALLOWED_NETWORKS = env_list("OPENSQUILLA_METRICS_ALLOWED_NETWORKS")

@@ -138,6 +138,9 @@ EXPECTED: dict[tuple[str, str], Rule] = {
     ("receipts:session_flush", "POST"): console(OPERATOR, body={"key": "@session"}),
     ("sessions:list", "GET"): console(VIEWER),
     ("sessions:detail", "GET"): console(VIEWER),
+    # Orchestrator probes (operations_app): no credentials, no data
+    ("healthz", "GET"): public(),
+    ("readyz", "GET"): public(),
     # Accounts (rate-limited login; Django's auth views)
     ("login", "GET"): public(),
     ("login", "POST"): public(body={"username": "nobody-here", "password": "wrong"}),

@@ -1,0 +1,10 @@
+"""Probe and metrics URLs (site root), and the console's operations pages."""
+
+from django.urls import path
+
+from . import probe_views
+
+urlpatterns = [
+    path("healthz", probe_views.healthz, name="healthz"),
+    path("readyz", probe_views.readyz, name="readyz"),
+]
