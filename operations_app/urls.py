@@ -2,9 +2,10 @@
 
 from django.urls import path
 
-from . import probe_views
+from . import metrics_views, probe_views
 
 urlpatterns = [
     path("healthz", probe_views.healthz, name="healthz"),
     path("readyz", probe_views.readyz, name="readyz"),
+    path("metrics", metrics_views.metrics, name="metrics"),
 ]

@@ -17,6 +17,7 @@ from typing import Any
 from django.db import transaction
 
 from opensquilla_site import timeutil
+from operations_app.counters import REQUEUE_OUTCOMES, bump
 
 from .. import audit
 from ..audit import Actor
@@ -125,6 +126,7 @@ def requeue_receipt(
         if row is None:
             result = RequeueResult(receipt_id, Outcome.NOT_FOUND, "receipt not found", None)
             _record_requeue(result, None, "", actor, reason, plan_id)
+            _record_requeue_outcome(result)
             return result
         from_status = row.status
         stale = _stale_message(row, expected_status, expected_updated_at)
@@ -133,7 +135,13 @@ def requeue_receipt(
         else:
             result = _apply_requeue(row)
         _record_requeue(result, from_status, row.session_key, actor, reason, plan_id)
+        _record_requeue_outcome(result)
         return result
+
+
+def _record_requeue_outcome(result: RequeueResult) -> None:
+    # The /metrics counter, in the requeue's own transaction so it agrees with the audit log.
+    bump(REQUEUE_OUTCOMES, str(result.outcome))
 
 
 def _apply_requeue(row: MemoryDurableReceipt) -> RequeueResult:

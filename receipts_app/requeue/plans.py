@@ -20,6 +20,7 @@ from django.db.models import Q, QuerySet
 
 from opensquilla_site import timeutil
 from opensquilla_site.exceptions import ValidationFailed
+from operations_app.counters import PLAN_ROWS_PROCESSED, REQUEUE_OUTCOMES, bump, bump_many
 
 from ..audit import Actor
 from ..models import MemoryDurableReceipt, RequeuePlan
@@ -230,7 +231,11 @@ def _run_one_batch(plan_id: str, batch_size: int) -> tuple[RequeuePlan, bool]:
             reason=plan.reason,
             plan_id=plan.plan_id,
         )
-        counts.update(str(result.outcome) for result in results)
+        outcomes = Counter(str(result.outcome) for result in results)
+        counts.update(outcomes)
+        # The /metrics counters, committed (or rolled back) with the batch they count.
+        bump_many(REQUEUE_OUTCOMES, outcomes)
+        bump(PLAN_ROWS_PROCESSED, "", len(rows))
         plan.result_counts = dict(counts)
         plan.processed += len(rows)
         plan.cursor_created_at, plan.cursor_id = rows[-1][2], rows[-1][0]

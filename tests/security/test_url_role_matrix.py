@@ -141,6 +141,8 @@ EXPECTED: dict[tuple[str, str], Rule] = {
     # Orchestrator probes (operations_app): no credentials, no data
     ("healthz", "GET"): public(),
     ("readyz", "GET"): public(),
+    # Prometheus text: a read token or a console role (401/403 JSON otherwise)
+    ("metrics", "GET"): api(VIEWER),
     # Accounts (rate-limited login; Django's auth views)
     ("login", "GET"): public(),
     ("login", "POST"): public(body={"username": "nobody-here", "password": "wrong"}),
