@@ -143,6 +143,8 @@ EXPECTED: dict[tuple[str, str], Rule] = {
     ("readyz", "GET"): public(),
     # Prometheus text: a read token or a console role (401/403 JSON otherwise)
     ("metrics", "GET"): api(VIEWER),
+    # Operations pages (operations_app.console_urls)
+    ("operations:liveness", "GET"): console(VIEWER),
     # Accounts (rate-limited login; Django's auth views)
     ("login", "GET"): public(),
     ("login", "POST"): public(body={"username": "nobody-here", "password": "wrong"}),
