@@ -94,6 +94,36 @@ def _worker_ready(sender: Any = None, **_: Any) -> None:
         heartbeats.mark_started("worker", _worker_name(sender), {"pid": os.getpid()})
     except Exception:  # noqa: BLE001
         logger.warning("could not record the worker start", exc_info=True)
+    _start_beat_watch()
+
+
+# Beat schedules the alert evaluation, so a dead beat could never alert about itself: each
+# worker also evaluates the "no beat tick" rules on its own timer.
+BEAT_WATCH_INTERVAL_S = 60.0
+_beat_watch_started = threading.Event()
+
+
+def _beat_watch_loop() -> None:
+    from django.db import connections
+
+    from .alerts.evaluate import evaluate_alerts
+    from .models import AlertRule
+
+    while True:
+        time.sleep(BEAT_WATCH_INTERVAL_S)
+        try:
+            evaluate_alerts(conditions=[AlertRule.BEAT_SILENT])
+        except Exception:  # noqa: BLE001
+            logger.warning("beat watch evaluation failed", exc_info=True)
+        finally:
+            connections.close_all()
+
+
+def _start_beat_watch() -> None:
+    if _beat_watch_started.is_set():
+        return
+    _beat_watch_started.set()
+    threading.Thread(target=_beat_watch_loop, name="beat-watch", daemon=True).start()
 
 
 @signals.heartbeat_sent.connect

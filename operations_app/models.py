@@ -67,3 +67,135 @@ class TaskStat(models.Model):
 
     def __str__(self) -> str:
         return self.task
+
+
+class AlertRule(models.Model):
+    """One condition an admin wants to hear about, and where to send it."""
+
+    FAILURE_STATUS = "failure_status"
+    BACKLOG_COUNT = "repair_backlog_count"
+    BACKLOG_AGE = "repair_backlog_age"
+    AT_RISK_AGE = "memory_at_risk_age"
+    MIRROR_LAG = "mirror_lag"
+    WORKER_SILENT = "worker_silent"
+    BEAT_SILENT = "beat_silent"
+    CONDITIONS = (
+        (FAILURE_STATUS, "Receipts in a failure status (count at least N)"),
+        (BACKLOG_COUNT, "Repair backlog above N receipts"),
+        (BACKLOG_AGE, "Oldest due repair older than T seconds"),
+        (AT_RISK_AGE, "Memory at risk for longer than T seconds"),
+        (MIRROR_LAG, "Mirror lag above T seconds"),
+        (WORKER_SILENT, "No worker heartbeat for T seconds"),
+        (BEAT_SILENT, "No beat tick for T seconds"),
+    )
+    WEBHOOK = "webhook"
+    SLACK = "slack"
+    EMAIL = "email"
+    CHANNELS = (
+        (WEBHOOK, "JSON webhook (HMAC-SHA256 signed)"),
+        (SLACK, "Slack-compatible webhook"),
+        (EMAIL, "E-mail"),
+    )
+
+    name = models.CharField(max_length=100)
+    condition = models.CharField(max_length=32, choices=CONDITIONS)
+    # Narrow the condition to one agent or scope; empty: every agent / scope.
+    agent = models.CharField(max_length=64, blank=True, default="")
+    scope = models.CharField(max_length=64, blank=True, default="")
+    threshold = models.FloatField(help_text="N receipts, or T seconds, depending on the condition")
+    channel = models.CharField(max_length=16, choices=CHANNELS)
+    # A webhook URL, or comma-separated e-mail addresses. Webhook URLs often embed a token,
+    # so pages show only their scheme and host.
+    target = models.TextField()
+    # The HMAC key of the JSON webhook. Never rendered back: forms and admin mask it.
+    secret = models.CharField(max_length=200, blank=True, default="")
+    cooldown_seconds = models.PositiveIntegerField(
+        default=3600, help_text="After an incident resolves, a new one within this time is not sent"
+    )
+    enabled = models.BooleanField(default=True)
+    created_by = models.CharField(max_length=150, default="system")
+    created_at = models.BigIntegerField(default=now_ms)
+    updated_at = models.BigIntegerField(default=now_ms)
+
+    class Meta:
+        ordering = ["name", "id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class AlertIncident(models.Model):
+    """One firing of a rule for one subject (an agent, a mirror, "workers"), until resolved."""
+
+    rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE, related_name="incidents")
+    subject = models.CharField(max_length=255, default="", blank=True)
+    opened_at = models.BigIntegerField(default=now_ms)
+    resolved_at = models.BigIntegerField(null=True, blank=True)
+    # False when a cooldown swallowed the firing notice (and so the resolved notice too).
+    notified = models.BooleanField(default=True)
+    summary = models.TextField(default="", blank=True)
+    value = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-opened_at"]
+        constraints = [
+            # Dedup: at most one open incident per rule and subject, whatever races.
+            models.UniqueConstraint(
+                fields=["rule", "subject"],
+                condition=models.Q(resolved_at__isnull=True),
+                name="ops_incident_one_open_per_subject",
+            )
+        ]
+        indexes = [models.Index(fields=["rule", "subject", "opened_at"], name="ops_incident_rule")]
+
+    def __str__(self) -> str:
+        return f"{self.rule_id}:{self.subject}"
+
+
+class AlertDelivery(models.Model):
+    """One notice to send (firing, resolved or test), retried by a Celery task with backoff."""
+
+    KINDS = ("firing", "resolved", "test")
+    STATES = ("pending", "sent", "failed")
+
+    rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE, related_name="deliveries")
+    incident = models.ForeignKey(
+        AlertIncident, null=True, blank=True, on_delete=models.SET_NULL, related_name="deliveries"
+    )
+    kind = models.CharField(max_length=16)
+    state = models.CharField(max_length=16, default="pending")
+    payload = models.JSONField(default=dict)
+    attempts = models.IntegerField(default=0)
+    next_attempt_at = models.BigIntegerField(null=True, blank=True)
+    last_error = models.TextField(default="", blank=True)
+    created_at = models.BigIntegerField(default=now_ms)
+    sent_at = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["rule", "created_at"], name="ops_delivery_rule"),
+            models.Index(fields=["state", "next_attempt_at"], name="ops_delivery_due"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.pk} ({self.state})"
+
+
+class AlertDeliveryAttempt(models.Model):
+    """Every try of a delivery: when, how it went, what the receiver said."""
+
+    delivery = models.ForeignKey(AlertDelivery, on_delete=models.CASCADE, related_name="tries")
+    number = models.IntegerField()
+    attempted_at = models.BigIntegerField(default=now_ms)
+    ok = models.BooleanField(default=False)
+    status_code = models.IntegerField(null=True, blank=True)
+    error = models.TextField(default="", blank=True)
+    duration_ms = models.IntegerField(default=0)
+
+    class Meta:
+        ordering = ["delivery", "number"]
+        indexes = [models.Index(fields=["delivery", "number"], name="ops_attempt_delivery")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of {self.delivery_id}"
