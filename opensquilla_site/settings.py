@@ -290,6 +290,10 @@ CELERY_BEAT_SCHEDULE["evaluate-alerts"] = {
     "task": "operations_app.tasks.evaluate_alerts",
     "schedule": OPENSQUILLA_ALERT_INTERVAL_SECONDS,
 }
+CELERY_BEAT_SCHEDULE["time-at-risk"] = {
+    "task": "operations_app.tasks.track_time_at_risk",
+    "schedule": 60.0,
+}
 # Alert e-mail goes through Django's e-mail backend (SMTP unless EMAIL_BACKEND says otherwise).
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")

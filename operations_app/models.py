@@ -199,3 +199,51 @@ class AlertDeliveryAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number} of {self.delivery_id}"
+
+
+class RiskInterval(models.Model):
+    """One failure's time at risk: from when it was seen failing until it was resolved."""
+
+    receipt_id = models.CharField(max_length=128)
+    agent_id = models.CharField(max_length=64, default="", blank=True)
+    scope = models.CharField(max_length=64, default="", blank=True)
+    failed_status = models.CharField(max_length=64)
+    started_at = models.BigIntegerField()
+    resolved_at = models.BigIntegerField(null=True, blank=True)
+    # The status that ended it (checkpoint_recovered, acknowledged, …) or "purged".
+    resolution = models.CharField(max_length=64, default="", blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["receipt_id"],
+                condition=models.Q(resolved_at__isnull=True),
+                name="ops_risk_one_open_per_receipt",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["resolved_at", "agent_id", "started_at"], name="ops_risk_open"),
+            models.Index(fields=["receipt_id", "resolved_at"], name="ops_risk_receipt"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.receipt_id} {self.failed_status}"
+
+
+class RiskDaily(models.Model):
+    """Per agent and UTC day: failures resolved that day and their total time at risk."""
+
+    day = models.DateField()
+    agent_id = models.CharField(max_length=64, default="", blank=True)
+    resolved = models.IntegerField(default=0)
+    duration_sum_ms = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["day", "agent_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["day", "agent_id"], name="ops_risk_daily_uniq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.agent_id}"

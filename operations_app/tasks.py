@@ -37,3 +37,11 @@ def deliver_alert(delivery_id: int) -> dict[str, Any]:
     if outcome.retry_in_s is not None:
         deliver_alert.apply_async((delivery_id,), countdown=outcome.retry_in_s)
     return {"delivery": delivery_id, "state": outcome.state, "error": outcome.error}
+
+
+@shared_task(soft_time_limit=240, time_limit=300, **_RETRY)
+def track_time_at_risk() -> dict[str, int]:
+    from .time_at_risk import track_time_at_risk as track
+
+    out = track()
+    return {"opened": out.opened, "closed": out.closed}
