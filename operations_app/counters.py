@@ -41,3 +41,11 @@ def read_counters() -> dict[str, dict[str, int]]:
     for name, label, value in OpsCounter.objects.values_list("name", "label", "value"):
         values.setdefault(name, {})[label] = value
     return values
+
+
+def count_requeue_outcomes(
+    sender: object, *, outcomes: Mapping[str, int], plan_rows: int = 0, **_: object
+) -> None:
+    """Receiver of ``receipts_app.signals.requeue_outcomes_recorded`` (connected in apps.py)."""
+    bump_many(REQUEUE_OUTCOMES, outcomes)
+    bump(PLAN_ROWS_PROCESSED, "", plan_rows)

@@ -12,6 +12,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from celery import current_app
 from django.db import transaction
 from django.db.models import F
 
@@ -22,6 +23,7 @@ from . import channels
 
 logger = logging.getLogger(__name__)
 
+DELIVER_TASK = "operations_app.tasks.deliver_alert"
 # Seconds to wait after attempt 1, 2, …; after the last one the delivery has failed.
 BACKOFF_S = (10, 30, 90, 270, 810)
 MAX_ATTEMPTS = len(BACKOFF_S) + 1
@@ -101,12 +103,17 @@ def attempt_delivery(delivery_id: int) -> AttemptOutcome:
 
 def enqueue(delivery_ids: list[int], countdown: float | None = None) -> None:
     """Hand deliveries to a worker after the current transaction commits."""
-    from ..tasks import deliver_alert
 
     def publish() -> None:
+        # By name from the app's registry: operations_app.tasks imports this package, not
+        # the other way round.
+        deliver_alert = current_app.tasks[DELIVER_TASK]
         for delivery_id in delivery_ids:
             try:
-                deliver_alert.apply_async((delivery_id,), countdown=countdown)
+                if countdown is None:
+                    deliver_alert.apply_async((delivery_id,))
+                else:
+                    deliver_alert.apply_async((delivery_id,), countdown=countdown)
             except Exception:  # noqa: BLE001 - the sweep re-sends what could not be published
                 logger.warning("could not enqueue alert delivery %s", delivery_id, exc_info=True)
 

@@ -13,8 +13,12 @@ from opensquilla_site import timeutil
 from opensquilla_site.models import ApiToken
 from opensquilla_site.tokens import revoke_api_token
 from receipts_app.audit import Actor
-from receipts_app.requeue import create_requeue_plan, requeue_receipt, run_requeue_plan
-from receipts_app.requeue.plans import execute_requeue_plan
+from receipts_app.requeue import (
+    create_requeue_plan,
+    requeue_receipt,
+    run_requeue_plan,
+    start_requeue_plan,
+)
 from tests.factories import make_receipt, make_session
 
 pytestmark = pytest.mark.django_db
@@ -123,7 +127,7 @@ def test_requeue_outcomes_and_plan_rows_are_counted(read_token, workspace):
     plan = create_requeue_plan(
         filters={}, receipt_ids=[r.receipt_id for r in failed[1:]], actor=actor
     )
-    execute_requeue_plan(plan_id=plan.plan_id, actor=actor)
+    start_requeue_plan(plan_id=plan.plan_id, actor=actor)
     run_requeue_plan(plan.plan_id, batch_size=10)
     samples = scrape(read_token)
     outcomes = samples["opensquilla_requeue_outcomes_total"]
