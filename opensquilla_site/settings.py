@@ -119,6 +119,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Permissions in one query per request (opensquilla_site/permission_backend.py).
+AUTHENTICATION_BACKENDS = ["opensquilla_site.permission_backend.OneQueryModelBackend"]
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
@@ -197,7 +200,17 @@ CELERY_TASK_SOFT_TIME_LIMIT = 300
 CELERY_TASK_TIME_LIMIT = 360
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# How often beat folds the receipt counts' delta rows and groups newly arrived failures
+# (receipts_app/counts.py, receipts_app/failure_groups.py): the overview's failure groups lag
+# the ledger by at most this long.
+OPENSQUILLA_AGGREGATE_FOLD_SECONDS = float(
+    os.environ.get("OPENSQUILLA_AGGREGATE_FOLD_SECONDS", "5")
+)
 CELERY_BEAT_SCHEDULE = {
+    "fold-ledger-aggregates": {
+        "task": "receipts_app.tasks.fold_ledger_aggregates",
+        "schedule": OPENSQUILLA_AGGREGATE_FOLD_SECONDS,
+    },
     # The repair worker's tick also sweeps work whose enqueue was lost (broker down at commit).
     "repair-tick": {
         "task": "receipts_app.tasks.repair_tick",
