@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("OPENSQUILLA_VAR_DIR", BASE_DIR / "var")).resolve()
@@ -93,12 +94,22 @@ TEMPLATES = [
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'opensquilla.sqlite3'}"),
-        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "0")),
-        # With persistent connections, test a reused connection first so a database restart
-        # costs a reconnect, not a failed request.
+        # Kept connections: every web worker process and every Celery worker child holds one
+        # connection and reuses it for this many seconds (a fresh PostgreSQL connection costs
+        # ~5 ms, more than a whole upsert). 0 closes it after each request/task.
+        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "600")),
+        # A reused connection is tested first, so a database restart costs a reconnect, not a
+        # failed request.
         conn_health_checks=True,
     )
 }
+# SQLite durability. FULL (the default, as SQLite's own and OpenSquilla's): a commit returns
+# once the WAL is synced, so a receipt survives a power cut. NORMAL syncs only at checkpoints:
+# faster, and a power cut (not a crash of the process) can lose the last commits. Choose NORMAL
+# only where that loss is acceptable (docs/PERFORMANCE.md).
+SQLITE_SYNCHRONOUS = os.environ.get("OPENSQUILLA_SQLITE_SYNCHRONOUS", "FULL").upper()
+if SQLITE_SYNCHRONOUS not in {"FULL", "NORMAL", "EXTRA"}:
+    raise ImproperlyConfigured("OPENSQUILLA_SQLITE_SYNCHRONOUS must be FULL, NORMAL or EXTRA")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
@@ -107,7 +118,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "transaction_mode": "IMMEDIATE",
             "timeout": 30,
             "init_command": (
-                "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;"
+                f"PRAGMA journal_mode=WAL; PRAGMA synchronous={SQLITE_SYNCHRONOUS}; "
+                "PRAGMA busy_timeout=30000;"
             ),
         }
     )

@@ -81,8 +81,12 @@ class MemoryDurableReceipt(models.Model):
                 fields=["idempotency_key"], name="receipt_idempotency_key_uniq"
             ),
         ]
+        # Every index names who needs it (docs/PERFORMANCE.md, "Index audit"); each one costs
+        # every write. Besides these: the primary key, receipt_id (unique: detail page, update,
+        # claim) and idempotency_key (unique: the upsert's conflict target).
         indexes = [
-            models.Index(fields=["session_key", "status", "created_at"], name="idx_mdr_session"),
+            # The checkpoint's exact coverage lookup; its session_key prefix also serves every
+            # per-session read (session pages, session_key filter, purge, requeue fence).
             models.Index(
                 fields=[
                     "session_key",
@@ -95,22 +99,25 @@ class MemoryDurableReceipt(models.Model):
                 ],
                 name="idx_mdr_coverage",
             ),
-            # Console status tabs and cross-session lists, newest first with keyset paging.
+            # Status tabs (?status=), newest first with keyset paging.
             models.Index(fields=["status", "created_at", "id"], name="idx_mdr_status_created"),
+            # The unfiltered receipts list, the overview's timeline and the API list.
             models.Index(fields=["created_at", "id"], name="idx_mdr_created"),
+            # ?agent=&status= lists, and health's oldest-queued probe per (agent, status).
             models.Index(fields=["agent_id", "status", "created_at"], name="idx_mdr_agent_status"),
-            # Health's memory-safety window (each agent's newest rows) and ?agent= lists.
+            # ?agent= lists, and health's memory-safety window (each agent's newest rows).
             models.Index(fields=["agent_id", "created_at", "id"], name="idx_mdr_agent_created"),
-            # The console's agent + scope views: status-tab counts and the first page.
+            # ?agent=&scope=(&status=) lists.
             models.Index(
                 fields=["agent_id", "scope", "status", "created_at", "id"],
                 name="idx_mdr_agent_scope_status",
             ),
-            # Repair queue: status IN (...) ordered by next_retry_at_ms, created_at.
+            # The repair queue: status IN (...) ordered by next_retry_at_ms, created_at.
             models.Index(
                 fields=["status", "next_retry_at_ms", "created_at"], name="idx_mdr_repair_queue"
             ),
-            models.Index(fields=["scope", "status"], name="idx_mdr_scope_status"),
+            # The legacy-archive import's "already recorded?" check and repair-by-path
+            # (source_path = p OR target_path = p: one index per column).
             models.Index(fields=["source_path"], name="idx_mdr_source_path"),
             models.Index(fields=["target_path"], name="idx_mdr_target_path"),
         ]
