@@ -35,10 +35,11 @@ def _in(statuses: Sequence[str]) -> str:
 
 
 # The safety rule of ``_is_safety_error`` in SQL, so only failing rows leave the database.
+# (``%%`` is a literal ``%`` for the driver: the statement carries bound parameters.)
 _SAFETY_ERROR_SQL = (
     f"status NOT IN {_in(RESOLVED_STATUSES)} AND (status IN {_in(SAFETY_ERROR_STATUSES)} "
-    "OR LOWER(status || ' ' || COALESCE(reason, '')) LIKE '%hash!_mismatch%' ESCAPE '!' "
-    "OR LOWER(status || ' ' || COALESCE(reason, '')) LIKE '%hash mismatch%')"
+    "OR LOWER(status || ' ' || COALESCE(reason, '')) LIKE '%%hash!_mismatch%%' ESCAPE '!' "
+    "OR LOWER(status || ' ' || COALESCE(reason, '')) LIKE '%%hash mismatch%%')"
 )
 
 
