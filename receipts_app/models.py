@@ -85,8 +85,13 @@ class MemoryDurableReceipt(models.Model):
         # every write. Besides these: the primary key, receipt_id (unique: detail page, update,
         # claim) and idempotency_key (unique: the upsert's conflict target).
         indexes = [
-            # The checkpoint's exact coverage lookup; its session_key prefix also serves every
-            # per-session read (session pages, session_key filter, purge, requeue fence).
+            # Per-session reads by status, oldest first (the upstream API's list by session and
+            # status, session pages). Kept beside idx_mdr_coverage: without it SQLite's planner
+            # (no statistics after a bulk load) serves session_key + status, and even the
+            # coverage lookup, from idx_mdr_status_created, scanning a whole status.
+            models.Index(fields=["session_key", "status", "created_at"], name="idx_mdr_session"),
+            # The checkpoint's exact coverage lookup; its session_key prefix also serves the
+            # other per-session reads (session_key filter, purge, requeue fence).
             models.Index(
                 fields=[
                     "session_key",

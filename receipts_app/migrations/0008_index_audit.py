@@ -2,8 +2,6 @@
 
 """Index audit: drop what no page, filter or queue needs (docs/PERFORMANCE.md, "Index audit").
 
-- idx_mdr_session (session_key, status, created_at): every per-session read is served by the
-  session_key prefix of idx_mdr_coverage.
 - idx_mdr_scope_status (scope, status): served the overview's GROUP BY scope, which now reads the
   counts table.
 - PostgreSQL's ``…_receipt_id_…_like`` (varchar_pattern_ops, created by Django for every unique
@@ -38,10 +36,6 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RemoveIndex(
-            model_name='memorydurablereceipt',
-            name='idx_mdr_session',
-        ),
         migrations.RemoveIndex(
             model_name='memorydurablereceipt',
             name='idx_mdr_scope_status',
