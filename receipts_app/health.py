@@ -1,9 +1,24 @@
-"""Memory health derived from the ledger (DOMAIN.md 9.4), per agent.
+"""Memory health derived from the ledger (docs/UPSTREAM.md#health), per agent: upstream's
+two signals and one of ours.
 
-Upstream's two signals are kept exactly, with one change this product exists for: rows an
-operator resolved (``checkpoint_recovered``, ``checkpoint_superseded``, ``acknowledged``)
-never make memory safety "error", even when their reason still mentions a hash mismatch.
-A ``checkpoint_requeued`` row is not resolved yet and still counts as a checkpoint failure.
+Every count comes with the filter (``ReceiptFilter.to_params()``) that lists exactly the rows
+counted, and is counted through that filter (``selectors.filter_receipts``), so a count and
+the link a page builds from its filter cannot disagree.
+
+- ``memorySafety``: "error" while content is not safe anywhere: rows in
+  ``MEMORY_SAFETY_ERROR_STATUSES`` (a requeued checkpoint stays one until the worker recovers
+  it). Unlike upstream, such a row does not age out of a 1000-row window: it stays at risk
+  until it is recovered, superseded or acknowledged. Upstream's text heuristic (a hash
+  mismatch named in a row's status or reason) is kept over the 1000 most recent rows, as
+  upstream bounds it; rows an operator resolved never count (docs/STATUSES.md).
+- ``semanticMemory``: the repair backlog (``REPAIR_QUEUE_STATUSES``, due or not); the status
+  rule is upstream's.
+- ``terminalRepairs``: repairs whose automatic budget is spent (``repair_failed``,
+  ``repair_abandoned``). Upstream's health counts them nowhere; they wait for an operator.
+
+Counts are exact and come from the counts table (``receipts_app.counts``); the rest (the
+oldest queued row, the at-risk samples, the hash-mismatch window) is one statement for every
+agent of ``health_by_agent`` together, so the overview's query count does not grow with agents.
 """
 
 # Every interpolated name is a table or status constant; values are bound parameters.
@@ -18,95 +33,125 @@ from typing import Any
 from django.db import connection
 
 from opensquilla_site import timeutil
-from sessions_app.keys import normalize_agent_id
+from sessions_app.keys import agent_prefix, normalize_agent_id
 
 from .counts import CountRow, receipt_counts
 from .ledger.triggers import T
-from .statuses import MEMORY_SAFETY_ERROR_STATUSES as SAFETY_ERROR_STATUSES
-from .statuses import REPAIR_QUEUE_STATUSES, RESOLVED_STATUSES
+from .selectors import ReceiptFilter
+from .statuses import (
+    MEMORY_SAFETY_ERROR_STATUSES,
+    REPAIR_QUEUE_STATUSES,
+    RESOLVED_STATUSES,
+    TERMINAL_REPAIR_STATUSES,
+)
 
 SAMPLE_LIMIT = 1000
+SAMPLE_IDS = 5
 BACKLOG_WARNING_COUNT = 10
 BACKLOG_WARNING_AGE_MS = 24 * 60 * 60 * 1000
+# Rows the hash-mismatch heuristic names at most (their ids are the finding's filter).
+HASH_MISMATCH_ID_LIMIT = 100
 
 
 def _in(statuses: Sequence[str]) -> str:
     return "(" + ", ".join(f"'{s}'" for s in statuses) + ")"
 
 
-# The safety rule of ``_is_safety_error`` in SQL, so only failing rows leave the database.
-# (``%%`` is a literal ``%`` for the driver: the statement carries bound parameters.)
-_SAFETY_ERROR_SQL = (
-    f"status NOT IN {_in(RESOLVED_STATUSES)} AND (status IN {_in(SAFETY_ERROR_STATUSES)} "
-    "OR LOWER(status || ' ' || COALESCE(reason, '')) LIKE '%%hash!_mismatch%%' ESCAPE '!' "
-    "OR LOWER(status || ' ' || COALESCE(reason, '')) LIKE '%%hash mismatch%%')"
+# Upstream's text heuristic in SQL: a hash mismatch named in the status or reason, resolved
+# rows and the error statuses (counted on their own) excluded. ``%%`` is a literal ``%``.
+_TEXT = "LOWER(status || ' ' || COALESCE(reason, ''))"
+_HASH_MISMATCH_SQL = (
+    f"status NOT IN {_in(RESOLVED_STATUSES + MEMORY_SAFETY_ERROR_STATUSES)} AND "
+    f"({_TEXT} LIKE '%%hash!_mismatch%%' ESCAPE '!' OR {_TEXT} LIKE '%%hash mismatch%%')"
 )
 
 
-def _is_safety_error(status: str, reason: str | None) -> bool:
-    """The rule ``_SAFETY_ERROR_SQL`` applies in the database (kept here for reading)."""
-    if status in RESOLVED_STATUSES:
-        return False
-    if status in SAFETY_ERROR_STATUSES:
-        return True
-    text = f"{status} {reason or ''}".lower()
-    return "hash_mismatch" in text or "hash mismatch" in text
-
-
-def _agent_rows(rows: Sequence[CountRow], agent_id: str | None) -> list[CountRow]:
-    return [r for r in rows if agent_id is None or r.agent_id == agent_id]
+def _filter(agent_id: str | None, statuses: tuple[str, ...]) -> ReceiptFilter:
+    return ReceiptFilter(agent=agent_id or None, statuses=statuses)
 
 
 @dataclass
 class _Sample:
-    """What one agent's health needs from its rows."""
+    """What one agent's health reads from its rows (beyond the counts)."""
 
     checked: int = 0
-    failing: list[tuple[int, int, str, str]] = field(default_factory=list)
+    mismatched: list[tuple[int, int, str]] = field(default_factory=list)
+    at_risk: list[tuple[int, int, str]] = field(default_factory=list)
     oldest_queued: int | None = None
 
 
+def _rows_of(rows: Sequence[CountRow], agent_id: str | None) -> list[CountRow]:
+    return [r for r in rows if agent_id is None or r.agent_id == agent_id]
+
+
+def _by_status(rows: Sequence[CountRow], agent_id: str | None, statuses: tuple[str, ...]) -> dict:
+    out: dict[str, int] = {}
+    for row in _rows_of(rows, agent_id):
+        if row.status in statuses:
+            out[row.status] = out.get(row.status, 0) + row.count
+    return {s: out[s] for s in statuses if out.get(s)}
+
+
 def _read_samples(agents: Sequence[str | None], rows: Sequence[CountRow]) -> list[_Sample]:
-    """For every agent (None: the whole ledger), in one query: how many of its
-    ``SAMPLE_LIMIT`` newest rows were checked and which of them fail the safety rule (memory
-    safety's window, on ``idx_mdr_agent_created``), and the oldest ``created_at`` of its repair
-    queue (one index probe per (agent, queued status) the counts say has rows)."""
+    """One statement for every agent (None: the whole ledger):
+    - the hash-mismatch window: of the agent's ``SAMPLE_LIMIT`` newest rows under its literal
+      key prefix (as upstream reads them), how many were checked and which match;
+    - the first ``SAMPLE_IDS`` at-risk rows, when the counts say there are any;
+    - the oldest queued ``created_at``: one index probe per (agent, queued status) with rows.
+    """
     parts: list[str] = []
     params: list[Any] = []
     for index, agent in enumerate(agents):
-        where = "" if agent is None else "WHERE agent_id = %s"
+        where, scope = "", []
+        if agent is not None:
+            prefix = agent_prefix(agent)
+            # agent_id narrows to the agent's index range; the prefix keeps upstream's set
+            # (a subagent key has the same agent_id but not the literal prefix).
+            where = "WHERE agent_id = %s AND SUBSTR(session_key, 1, %s) = %s"
+            scope = [agent, len(prefix), prefix]
         window = (
             f"SELECT receipt_id, status, reason, created_at, id FROM {T} {where} "
             f"ORDER BY created_at DESC, id DESC LIMIT {SAMPLE_LIMIT}"
         )
-        agent_params = [] if agent is None else [agent]
         parts.append(
-            "SELECT 'w' AS kind, %s AS idx, receipt_id, status, created_at, id "
-            f"FROM ({window}) AS w{index} WHERE {_SAFETY_ERROR_SQL}"
+            "SELECT 'm' AS kind, %s AS idx, receipt_id, created_at, id "
+            f"FROM ({window}) AS w{index} WHERE {_HASH_MISMATCH_SQL}"
         )
-        params.extend([index, *agent_params])
+        params += [index, *scope]
         parts.append(
-            "SELECT 'n', %s, NULL, NULL, "
+            "SELECT 'n', %s, NULL, "
             f"(SELECT COUNT(*) FROM ({window}) AS n{index}), CAST(NULL AS BIGINT)"
         )
-        params.extend([index, *agent_params])
-        for row in _agent_rows(rows, agent):
+        params += [index, *scope]
+        mine = _rows_of(rows, agent)
+        if any(r.status in MEMORY_SAFETY_ERROR_STATUSES for r in mine):
+            agent_where = "" if agent is None else "agent_id = %s AND "
+            parts.append(
+                "SELECT 's', %s, receipt_id, created_at, id FROM ("
+                f"SELECT receipt_id, created_at, id FROM {T} WHERE {agent_where}"
+                f"status IN {_in(MEMORY_SAFETY_ERROR_STATUSES)} "
+                f"ORDER BY created_at, id LIMIT {SAMPLE_IDS}) AS s{index}"
+            )
+            params += [index] + ([] if agent is None else [agent])
+        for row in mine:
             if row.status in REPAIR_QUEUE_STATUSES:
                 parts.append(
-                    "SELECT 'q', %s, NULL, NULL, "
+                    "SELECT 'q', %s, NULL, "
                     f"(SELECT MIN(created_at) FROM {T} WHERE agent_id = %s AND status = %s), "
                     "CAST(NULL AS BIGINT)"
                 )
-                params.extend([index, row.agent_id, row.status])
+                params += [index, row.agent_id, row.status]
     samples = [_Sample() for _ in agents]
     if not parts:
         return samples
     with connection.cursor() as cur:
         cur.execute(" UNION ALL ".join(parts), params)
-        for kind, idx, receipt_id, status, number, row_id in cur.fetchall():
+        for kind, idx, receipt_id, number, row_id in cur.fetchall():
             sample = samples[int(idx)]
-            if kind == "w":
-                sample.failing.append((int(number), int(row_id), receipt_id, status))
+            if kind == "m":
+                sample.mismatched.append((int(number), int(row_id), receipt_id))
+            elif kind == "s":
+                sample.at_risk.append((int(number), int(row_id), receipt_id))
             elif kind == "n":
                 sample.checked = int(number)
             elif number is not None:
@@ -115,76 +160,84 @@ def _read_samples(agents: Sequence[str | None], rows: Sequence[CountRow]) -> lis
     return samples
 
 
-def _memory_safety(sample: _Sample) -> dict[str, Any]:
-    failing = [(rid, status) for *_order, rid, status in sorted(sample.failing, reverse=True)]
-    by_status: dict[str, int] = {}
-    for _rid, status in failing:
-        by_status[status] = by_status.get(status, 0) + 1
+def _memory_safety(agent_id: str | None, rows: Sequence[CountRow], sample: _Sample) -> dict:
+    at_risk = _filter(agent_id, MEMORY_SAFETY_ERROR_STATUSES)
+    by_status = _by_status(rows, agent_id, MEMORY_SAFETY_ERROR_STATUSES)
+    count = sum(by_status.values())
+    samples = [rid for *_order, rid in sorted(sample.at_risk)][:SAMPLE_IDS] if count else []
+    newest_first = sorted(sample.mismatched, reverse=True)
+    mismatched = [rid for *_order, rid in newest_first][:HASH_MISMATCH_ID_LIMIT]
     return {
-        "status": "error" if failing else "ok",
-        "errorCount": len(failing),
+        "status": "error" if count or mismatched else "ok",
+        "errorCount": count,
         "errorStatuses": by_status,
-        "sampleReceiptIds": [rid for rid, _ in failing[:5]],
+        "sampleReceiptIds": (samples + mismatched)[:SAMPLE_IDS],
         "rowsChecked": sample.checked,
+        "filter": at_risk.to_params(),
+        # Exactly the rows named, by id: no filter parameter expresses the text heuristic.
+        "hashMismatchCount": len(mismatched),
+        "hashMismatchFilter": ReceiptFilter(receipt_ids=tuple(mismatched)).to_params()
+        if mismatched
+        else None,
     }
 
 
-def _semantic_memory(backlog: int, oldest: int | None, now: int) -> dict[str, Any]:
-    # Upstream lists the queue (due or not) capped at 1000 and takes the oldest of those.
-    count = min(backlog, SAMPLE_LIMIT)
+def _semantic_memory(
+    agent_id: str | None, rows: Sequence[CountRow], sample: _Sample, now: int
+) -> dict[str, Any]:
+    count = sum(_by_status(rows, agent_id, REPAIR_QUEUE_STATUSES).values())
+    oldest = sample.oldest_queued if count else None
     if count == 0:
         status = "healthy"
-        oldest = None
     elif count > BACKLOG_WARNING_COUNT or oldest is None or now - oldest > BACKLOG_WARNING_AGE_MS:
         status = "warning"
     else:
         status = "degraded"
-    return {"status": status, "repairBacklogCount": count, "oldestRepairCreatedAt": oldest}
+    return {
+        "status": status,
+        "repairBacklogCount": count,
+        "oldestRepairCreatedAt": oldest,
+        "filter": _filter(agent_id, REPAIR_QUEUE_STATUSES).to_params(),
+    }
+
+
+def _terminal_repairs(agent_id: str | None, rows: Sequence[CountRow]) -> dict[str, Any]:
+    return {
+        "count": sum(_by_status(rows, agent_id, TERMINAL_REPAIR_STATUSES).values()),
+        "filter": _filter(agent_id, TERMINAL_REPAIR_STATUSES).to_params(),
+    }
 
 
 def health_for(
-    agents: Sequence[str | None],
-    rows: Sequence[CountRow] | None = None,
-    *,
-    now_ms: int | None = None,
+    agents: Sequence[str | None], rows: Sequence[CountRow] | None = None, *, now: int
 ) -> list[dict[str, Any]]:
-    """Health of each agent (None: every agent together) in two queries, whatever their number:
-    the counts (skipped when ``rows`` is given) and one statement for the samples."""
+    """Health of each agent (None: every agent together): the counts (skipped when ``rows``
+    is given) and one statement, whatever the number of agents."""
     rows = receipt_counts() if rows is None else rows
-    now = now_ms if now_ms is not None else timeutil.now_ms()
     samples = _read_samples(agents, rows)
-    out = []
-    for agent, sample in zip(agents, samples, strict=True):
-        queued = (r.count for r in _agent_rows(rows, agent) if r.status in REPAIR_QUEUE_STATUSES)
-        out.append(
-            {
-                "agentId": agent,
-                "memorySafety": _memory_safety(sample),
-                "semanticMemory": _semantic_memory(sum(queued), sample.oldest_queued, now),
-            }
-        )
-    return out
+    return [
+        {
+            "agentId": agent,
+            "memorySafety": _memory_safety(agent, rows, sample),
+            "semanticMemory": _semantic_memory(agent, rows, sample, now),
+            "terminalRepairs": _terminal_repairs(agent, rows),
+        }
+        for agent, sample in zip(agents, samples, strict=True)
+    ]
 
 
-def memory_safety(agent_id: str | None = None) -> dict[str, Any]:
-    return memory_health(agent_id)["memorySafety"]
+def memory_health(agent_id: str | None = None, *, now_ms: int | None = None) -> dict[str, Any]:
+    """``{"agentId", "memorySafety", "semanticMemory", "terminalRepairs"}``; None: every agent."""
+    now = now_ms if now_ms is not None else timeutil.now_ms()
+    agent = normalize_agent_id(agent_id) if agent_id else None
+    return health_for([agent], now=now)[0]
 
 
-def semantic_memory(agent_id: str | None = None, *, now_ms: int | None = None) -> dict[str, Any]:
-    return health_for([_agent(agent_id)], now_ms=now_ms)[0]["semanticMemory"]
-
-
-def _agent(agent_id: str | None) -> str | None:
-    return normalize_agent_id(agent_id) if agent_id else None
-
-
-def memory_health(agent_id: str | None = None) -> dict[str, Any]:
-    """``{"agentId", "memorySafety": {...}, "semanticMemory": {...}}``; None means every agent."""
-    return health_for([_agent(agent_id)])[0]
-
-
-def health_by_agent(rows: Sequence[CountRow] | None = None) -> list[dict[str, Any]]:
+def health_by_agent(
+    rows: Sequence[CountRow] | None = None, *, now_ms: int | None = None
+) -> list[dict[str, Any]]:
     """Health for every agent that has rows in the ledger, sorted by agent id."""
+    now = now_ms if now_ms is not None else timeutil.now_ms()
     rows = receipt_counts() if rows is None else rows
     agents = sorted({r.agent_id for r in rows if r.agent_id})
-    return health_for(agents, rows)
+    return health_for(agents, rows, now=now)

@@ -1,7 +1,7 @@
 """The durable receipt ledger, its audit timeline and requeue plans.
 
 ``MemoryDurableReceipt`` carries every column of OpenSquilla's ``memory_durable_receipts``
-(DOMAIN.md 1.1). ``status`` and ``scope`` stay free text on purpose: upstream stores arbitrary
+(docs/UPSTREAM.md#columns). ``status`` and ``scope`` stay free text on purpose: upstream stores arbitrary
 values and an import must not reject them.
 """
 
@@ -210,7 +210,7 @@ class ReceiptCount(models.Model):
     """Receipts per (agent, scope, status), kept by database triggers on the receipts table.
 
     Every write path (the ledger, the ORM, raw SQL, COPY, cascades) goes through the triggers
-    created in migration 0006, in the writer's own transaction, so the sum is exact.
+    created in migration 0007, in the writer's own transaction, so the sum is exact.
     PostgreSQL appends a signed delta row per statement and key (no hot row that concurrent
     writers would queue on); ``receipts_app.counts.fold_counts`` folds them back to one row per
     key. SQLite (one writer at a time) keeps one row per key and adjusts it in place.

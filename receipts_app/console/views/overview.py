@@ -8,7 +8,7 @@ from django.views.decorators.http import require_GET
 
 from ...counts import per_status, receipt_counts
 from ...health import health_by_agent
-from ...selectors import FAILURE_STATUSES, KNOWN_STATUSES
+from ...statuses import FAILURE_STATUSES, KNOWN_STATUSES
 from .. import selectors as cs
 from ..helpers import VIEW_PERM, HtmxHttpRequest, can_operate, console_view
 
@@ -23,7 +23,6 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "status_counts": [(s, counts.get(s, 0)) for s in KNOWN_STATUSES if counts.get(s)],
         "failure_statuses": FAILURE_STATUSES,
-        "failure_total": sum(counts.get(s, 0) for s in FAILURE_STATUSES),
         "scope_counts": cs.counts_by("scope", rows),
         "agent_counts": cs.counts_by("agent_id", rows),
         "health": health_by_agent(rows),

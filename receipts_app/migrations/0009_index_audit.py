@@ -32,7 +32,7 @@ def create_like_index(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('receipts_app', '0007_health_window_index'),
+        ('receipts_app', '0008_health_window_index'),
     ]
 
     operations = [

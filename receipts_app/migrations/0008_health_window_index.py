@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('receipts_app', '0006_ledger_counts'),
+        ('receipts_app', '0007_ledger_counts'),
     ]
 
     operations = [

@@ -34,7 +34,7 @@ def uninstall_triggers(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('receipts_app', '0005_reason_trigram_index'),
+        ('receipts_app', '0006_plan_filters_as_params'),
     ]
 
     operations = [
