@@ -57,6 +57,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Outermost of ours: every error under /api/ leaves as JSON, whoever produced it.
+    "opensquilla_site.api_http.ApiJsonErrorsMiddleware",
+    "opensquilla_site.api_http.ChunkedBodyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
