@@ -203,8 +203,10 @@ EXPECTED: dict[tuple[str, str], Rule] = {
     **_admin_model("opensquilla_site_apitoken", add=NOBODY),
     **_admin_model("opensquilla_site_idempotentrequest", add=NOBODY),
     **_admin_model("sessions_app_session"),
-    **_admin_model("sessions_app_transcriptentry"),
-    **_admin_model("receipts_app_memorydurablereceipt"),
+    # Transcripts and receipts change only through the services (which leave events): the
+    # admin shows them read-only and never adds or deletes them.
+    **_admin_model("sessions_app_transcriptentry", add=NOBODY, delete=NOBODY),
+    **_admin_model("receipts_app_memorydurablereceipt", add=NOBODY, delete=NOBODY),
     # The audit log is append-only: readable, never added, changed or deleted by hand.
     **_admin_model("receipts_app_receiptevent", add=NOBODY, delete=NOBODY),
     **_admin_model("receipts_app_requeueplan", add=NOBODY),
