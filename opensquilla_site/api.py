@@ -30,6 +30,7 @@ from receipts_app.api import router as receipts_router
 from receipts_app.api import session_receipts_router
 from sessions_app.api import router as sessions_router
 
+from .api_docs import docs_access
 from .auth import ADMIN, principal
 from .exceptions import ApplicationError, is_generation_fence
 from .limits import JsonTooDeep, LimitedJsonParser, RequestBodyTooLarge, UnsupportedMediaType
@@ -57,6 +58,7 @@ api = NinjaAPI(
     ),
     urls_namespace="api",
     docs_url="/docs",
+    docs_decorator=docs_access,
     parser=LimitedJsonParser(),
 )
 

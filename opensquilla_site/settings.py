@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "django_htmx",
     "django_ratelimit",
+    "csp",
     "ninja",
     "opensquilla_site",
     "sessions_app",
@@ -69,6 +70,8 @@ MIDDLEWARE = [
     # After auth, so a refused page can render the console's own error page.
     "opensquilla_site.middleware.RejectNulMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "opensquilla_site.headers.PrivateNoStoreMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
@@ -237,6 +240,8 @@ else:
 RATELIMIT_USE_CACHE = "default"
 LOGIN_RATE_PER_IP = os.environ.get("OPENSQUILLA_LOGIN_RATE_PER_IP", "20/m")
 LOGIN_RATE_PER_USER = os.environ.get("OPENSQUILLA_LOGIN_RATE_PER_USER", "5/m")
+# Behind a reverse proxy: the header it sets with the client's address (see client_ip.py).
+OPENSQUILLA_TRUSTED_PROXY_HEADER = os.environ.get("OPENSQUILLA_TRUSTED_PROXY_HEADER", "")
 
 # --- Security (production) --------------------------------------------------------------
 SESSION_COOKIE_HTTPONLY = True
@@ -244,6 +249,28 @@ CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cook
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
+# Everything (console, admin, the API docs page) is served from this origin: no inline script
+# or style, no CDN. Templates keep their JS and CSS in static/ (tests/security/test_headers.py
+# checks every template). data: images are the admin's and Swagger UI's icons.
+_SELF = "'self'"
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [_SELF],
+        "script-src": [_SELF],
+        "style-src": [_SELF],
+        "img-src": [_SELF, "data:"],
+        "font-src": [_SELF],
+        "connect-src": [_SELF],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": [_SELF],
+        "frame-ancestors": ["'none'"],
+    }
+}
+# The API's docs page and OpenAPI schema: open in development, login or token in production.
+OPENSQUILLA_PUBLIC_API_DOCS = env_bool(
+    "OPENSQUILLA_PUBLIC_API_DOCS", not env_bool("DJANGO_PRODUCTION", False)
+)
 if env_bool("DJANGO_PRODUCTION", False):
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
