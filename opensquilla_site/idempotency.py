@@ -22,13 +22,15 @@ from pydantic import BaseModel
 
 from .exceptions import ConflictError, ValidationFailed
 from .models import IdempotentRequest
+from .serving import ABANDONED_REQUEST_SECONDS
 from .timeutil import now_ms
 
 HEADER = "Idempotency-Key"
 MAX_KEY_LENGTH = 255
 IN_PROGRESS = 0
-# A reservation older than this belongs to a process that died mid-call; the key is freed.
-ABANDONED_AFTER_MS = 10 * 60 * 1000
+# A reservation older than the server's request timeout belongs to a request the server has
+# killed (or a process that died): the key is freed. See opensquilla_site/serving.py.
+ABANDONED_AFTER_MS = ABANDONED_REQUEST_SECONDS * 1000
 
 
 class IdempotencyKeyReused(ValidationFailed):

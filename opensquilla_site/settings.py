@@ -12,6 +12,8 @@ from pathlib import Path
 
 import dj_database_url
 
+from . import serving
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("OPENSQUILLA_VAR_DIR", BASE_DIR / "var")).resolve()
 VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -165,7 +167,8 @@ OPENSQUILLA_REPAIR_INTERVAL_SECONDS = float(
 OPENSQUILLA_REPAIR_MAX_ITEMS_PER_TICK = int(
     os.environ.get("OPENSQUILLA_REPAIR_MAX_ITEMS_PER_TICK", "5")
 )
-OPENSQUILLA_CHECKPOINT_TIMEOUT = float(os.environ.get("OPENSQUILLA_CHECKPOINT_TIMEOUT", "120"))
+# The ?wait=true limit; gunicorn's timeout is derived from it in serving.py (WEB_TIMEOUT).
+OPENSQUILLA_CHECKPOINT_TIMEOUT = serving.WAIT_LIMIT_SECONDS
 
 # --- Celery ----------------------------------------------------------------------------
 # The embedded broker is kombu's filesystem transport: no server, safe across processes.

@@ -204,3 +204,53 @@ def test_json_with_a_charset_is_accepted(operator):
         headers={"Authorization": f"Bearer {operator.token}"},
     )
     assert response.status_code == 200, response.content
+
+
+# --- item 14: a request the server killed frees its key ----------------------------------------
+
+
+def _reservation(owner_token: str, age_ms: int) -> None:
+    from opensquilla_site.idempotency import IN_PROGRESS
+    from opensquilla_site.models import IdempotentRequest
+    from opensquilla_site.timeutil import now_ms
+    from opensquilla_site.tokens import authenticate_token
+
+    token = authenticate_token(owner_token)
+    assert token is not None
+    IdempotentRequest.objects.create(
+        key="killed",
+        token_digest=token.digest,
+        method="POST",
+        path=f"{API}/requeue-plans",
+        status_code=IN_PROGRESS,
+        response_body={},
+        created_at=now_ms() - age_ms,
+    )
+
+
+def test_a_key_held_by_a_request_younger_than_the_server_timeout_is_in_progress(operator):
+    from opensquilla_site.serving import WEB_TIMEOUT_SECONDS
+
+    _reservation(operator.token, age_ms=(WEB_TIMEOUT_SECONDS - 5) * 1000)
+    response = operator.post(
+        "/requeue-plans",
+        {"filters": {"status": "repair_failed"}},
+        headers={"Idempotency-Key": "killed"},
+    )
+    assert_error(response, 409, "idempotency_in_progress")
+
+
+def test_a_key_held_past_the_server_timeout_is_freed_and_the_retry_runs(operator):
+    from opensquilla_site.serving import ABANDONED_REQUEST_SECONDS, WEB_TIMEOUT_SECONDS
+
+    # The server has killed any request older than its timeout: the key is free after it.
+    assert WEB_TIMEOUT_SECONDS < ABANDONED_REQUEST_SECONDS < 10 * 60
+    _reservation(operator.token, age_ms=(ABANDONED_REQUEST_SECONDS + 1) * 1000)
+    make_receipt(scope="repair", status="repair_failed")
+    response = operator.post(
+        "/requeue-plans",
+        {"filters": {"status": "repair_failed"}},
+        headers={"Idempotency-Key": "killed"},
+    )
+    assert response.status_code == 201, response.content
+    assert RequeuePlan.objects.count() == 1
