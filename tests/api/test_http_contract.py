@@ -254,3 +254,38 @@ def test_a_key_held_past_the_server_timeout_is_freed_and_the_retry_runs(operator
     )
     assert response.status_code == 201, response.content
     assert RequeuePlan.objects.count() == 1
+
+
+# --- item 12: a deadlocked bulk batch is retried once before answering -------------------------
+
+
+def _deadlock() -> Exception:
+    import psycopg.errors
+    from django.db import OperationalError
+
+    error = OperationalError("deadlock detected")
+    error.__cause__ = psycopg.errors.DeadlockDetected("deadlock detected")
+    return error
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("failures, status", [(1, 200), (2, 500)])
+def test_a_deadlocked_bulk_batch_is_retried_once(operator, monkeypatch, failures, status):
+    from receipts_app.ledger import fastsql
+
+    real = fastsql.bulk_upsert
+    calls = []
+
+    def flaky(rows):
+        calls.append(len(rows))
+        if len(calls) <= failures:
+            raise _deadlock()
+        return real(rows)
+
+    monkeypatch.setattr(fastsql, "bulk_upsert", flaky)
+    rows = [_receipt(idempotency_key=f"dl:{i}") for i in (3, 1, 2)]
+    response = operator.post("/receipts/bulk", {"receipts": rows})
+    assert response.status_code == status, response.content
+    assert len(calls) == 2
+    stored = MemoryDurableReceipt.objects.count()
+    assert stored == (3 if status == 200 else 0)
