@@ -12,6 +12,8 @@ from pathlib import Path
 
 import dj_database_url
 
+from receipts_app import task_limits
+
 from . import serving
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -185,7 +187,9 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "store_processed": False,
     }
 else:
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+    # Redis redelivers a killed worker's unacknowledged task after this (derived from the
+    # tasks' time limits; RabbitMQ redelivers when the connection drops and ignores it).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": task_limits.VISIBILITY_TIMEOUT_SECONDS}
 
 
 def _default_result_backend() -> str:
@@ -202,8 +206,8 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_SOFT_TIME_LIMIT = 300
-CELERY_TASK_TIME_LIMIT = 360
+CELERY_TASK_SOFT_TIME_LIMIT = task_limits.DEFAULT.soft
+CELERY_TASK_TIME_LIMIT = task_limits.DEFAULT.hard
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {

@@ -1,6 +1,7 @@
 """Celery tasks. Each takes ids, calls one service, and owns only retry and time limits.
 
-All tasks are ``acks_late`` (a worker that dies mid-task leaves the message to be redelivered)
+All tasks are ``acks_late`` (a worker that dies mid-task leaves the message to be redelivered;
+how soon follows from the limits in ``task_limits``)
 and safe to run twice: checkpoints and flushes upsert by idempotency key, repairs claim rows
 atomically, requeues compare-and-set, and plans resume from their cursor. Failures that the
 services already recorded as receipts are returned, not raised, so nothing crash-loops; only
@@ -17,6 +18,7 @@ from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
 from opensquilla_site import timeutil
+from receipts_app import task_limits
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +30,8 @@ _RETRY: dict[str, Any] = {
     "retry_jitter": True,
     "max_retries": 5,
 }
+
+
 # Plans run in slices so one task never nears its hard limit; the rest is a new message.
 PLAN_SLICE_SECONDS = 240.0
 # Rows per plan batch (one transaction): fewer, larger batches re-run the filter less often.
@@ -50,7 +54,11 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-@shared_task(soft_time_limit=150, time_limit=180, **_RETRY)
+@shared_task(
+    soft_time_limit=task_limits.CHECKPOINT.soft,
+    time_limit=task_limits.CHECKPOINT.hard,
+    **_RETRY,
+)
 def checkpoint_session(
     session_key: str,
     turn_id: str | None = None,
@@ -64,7 +72,11 @@ def checkpoint_session(
     )
 
 
-@shared_task(soft_time_limit=300, time_limit=360, **_RETRY)
+@shared_task(
+    soft_time_limit=task_limits.FLUSH.soft,
+    time_limit=task_limits.FLUSH.hard,
+    **_RETRY,
+)
 def flush_session(session_key: str, turn_id: str | None = None) -> Any:
     from receipts_app import audit, flush_runtime
 
@@ -78,7 +90,11 @@ def flush_session(session_key: str, turn_id: str | None = None) -> Any:
         return {"status": "skipped", "session_key": session_key, "error": str(exc)}
 
 
-@shared_task(soft_time_limit=900, time_limit=960, **_RETRY)
+@shared_task(
+    soft_time_limit=task_limits.REPAIR_TICK.soft,
+    time_limit=task_limits.REPAIR_TICK.hard,
+    **_RETRY,
+)
 def repair_tick() -> dict[str, Any]:
     from receipts_app import repair
     from receipts_app.requeue import sweep_lost_work
@@ -88,14 +104,22 @@ def repair_tick() -> dict[str, Any]:
     return {"repair": repaired, "swept": swept}
 
 
-@shared_task(soft_time_limit=300, time_limit=360, **_RETRY)
+@shared_task(
+    soft_time_limit=task_limits.REPAIR_RECEIPT.soft,
+    time_limit=task_limits.REPAIR_RECEIPT.hard,
+    **_RETRY,
+)
 def repair_receipt(receipt_id: str) -> Any:
     from receipts_app import repair
 
     return _jsonable(repair.repair_one(receipt_id))
 
 
-@shared_task(soft_time_limit=300, time_limit=360, **_RETRY)
+@shared_task(
+    soft_time_limit=task_limits.REQUEUE.soft,
+    time_limit=task_limits.REQUEUE.hard,
+    **_RETRY,
+)
 def requeue_receipts(
     receipt_ids: list[str], actor_name: str, surface: str, reason: str = ""
 ) -> list[dict[str, Any]]:
@@ -108,7 +132,11 @@ def requeue_receipts(
     ]
 
 
-@shared_task(soft_time_limit=300, time_limit=360, **_RETRY)
+@shared_task(
+    soft_time_limit=task_limits.PLAN.soft,
+    time_limit=task_limits.PLAN.hard,
+    **_RETRY,
+)
 def execute_requeue_plan(plan_id: str, fan_out: bool = True) -> dict[str, Any]:
     from receipts_app.requeue import fan_out_requeue_plan, run_requeue_plan
 
