@@ -7,7 +7,8 @@ One place, so the server's timeout and the API's documented ``?wait=true`` limit
   margin, so a waiting call answers before gunicorn would kill it;
 - ``ABANDONED_REQUEST_SECONDS``: a request older than the server timeout is dead (gunicorn
   killed its worker), so an Idempotency-Key it still holds is freed after this.
-Plain environment reads: gunicorn loads this before Django is set up.
+Plain environment reads (after the embedded default's ``.env``, as settings read it): gunicorn
+loads this before Django is set up.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ import math
 import os
 import re
 from pathlib import Path
+
+from .runtime import load_env_file
+
+load_env_file(Path(__file__).resolve().parent.parent)
 
 MARGIN_SECONDS = 30
 

@@ -1,8 +1,10 @@
-"""Settings, driven entirely by the environment.
+"""Settings, driven entirely by the environment (and ``.env`` when present).
 
 Embedded default: SQLite in WAL mode under ``var/`` and a Celery broker on the local
 filesystem, so a fresh machine runs web, worker and beat with no server at all.
 Scale-out: set ``DATABASE_URL`` (PostgreSQL) and ``CELERY_BROKER_URL`` (Redis or RabbitMQ).
+Every setting is listed in ``.env.example``. Importing this module creates no directory:
+``opensquilla_site.runtime.ensure_runtime_dirs()`` does, in the processes that need them.
 """
 
 from __future__ import annotations
@@ -12,13 +14,16 @@ from pathlib import Path
 
 import dj_database_url
 
+from opensquilla_site.runtime import load_env_file
 from receipts_app import task_limits
 
 from . import serving
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# ``make run`` writes the embedded default's workspaces there, so ``manage.py`` run by hand
+# gets the same settings. Real environment variables win over the file.
+load_env_file(BASE_DIR)
 VAR_DIR = Path(os.environ.get("OPENSQUILLA_VAR_DIR", BASE_DIR / "var")).resolve()
-VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 
 def env_bool(name: str, default: bool = False) -> bool:
@@ -58,9 +63,12 @@ INSTALLED_APPS = [
     "opensquilla_site",
     "sessions_app",
     "receipts_app",
+    "operations_app",
 ]
 
 MIDDLEWARE = [
+    # First: /healthz and /readyz answer before the host check and the HTTPS redirect.
+    "operations_app.probe_views.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Outermost of ours: every error under /api/ leaves as JSON, whoever produced it.
     "opensquilla_site.api_http.ApiJsonErrorsMiddleware",
@@ -145,7 +153,6 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
-STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -153,11 +160,13 @@ STORAGES = {
 
 # --- OpenSquilla domain ----------------------------------------------------------------
 # No silent default: an unset workspace makes checkpoints fail with a recorded receipt
-# (DOMAIN.md 5.4 step 4), exactly like upstream's unconfigured SessionManager.
+# (docs/UPSTREAM.md#recording-a-checkpoint), exactly like upstream's unconfigured SessionManager.
 OPENSQUILLA_CHECKPOINT_WORKSPACE = os.environ.get("OPENSQUILLA_CHECKPOINT_WORKSPACE") or None
 # Raw-fallback archives and memory notes live under each agent's memory workspace.
 # "{agent}" is replaced by the normalised agent id.
 OPENSQUILLA_MEMORY_WORKSPACE = os.environ.get("OPENSQUILLA_MEMORY_WORKSPACE") or None
+# Agents the repair tick always scans, comma-separated (docs/WORKERS.md); ``main`` always is.
+OPENSQUILLA_AGENTS = [a for a in os.environ.get("OPENSQUILLA_AGENTS", "").split(",") if a.strip()]
 OPENSQUILLA_FLUSH_PROVIDER = os.environ.get("OPENSQUILLA_FLUSH_PROVIDER", "none")
 OPENSQUILLA_FLUSH_BASE_URL = os.environ.get("OPENSQUILLA_FLUSH_BASE_URL", "")
 OPENSQUILLA_FLUSH_API_KEY = os.environ.get("OPENSQUILLA_FLUSH_API_KEY", "")
@@ -177,8 +186,6 @@ OPENSQUILLA_CHECKPOINT_TIMEOUT = serving.WAIT_LIMIT_SECONDS
 _BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("in", "processed", "control"):
-        (_BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_BROKER_DIR / "in"),
         "data_folder_out": str(_BROKER_DIR / "in"),
@@ -195,9 +202,7 @@ else:
 def _default_result_backend() -> str:
     if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
         return CELERY_BROKER_URL
-    results = VAR_DIR / "celery-results"
-    results.mkdir(parents=True, exist_ok=True)
-    return f"file://{results}"
+    return f"file://{VAR_DIR / 'celery-results'}"
 
 
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or _default_result_backend()
@@ -296,5 +301,44 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # httpx logs every request's full URL at INFO: alert webhook URLs embed tokens.
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+    },
 }
+
+# --- Operations signals (operations_app; docs/OPERATIONS.md) ------------------------------
+# Seconds each /readyz probe (database, broker) may take before it counts as failed.
+OPENSQUILLA_READYZ_TIMEOUT = float(os.environ.get("OPENSQUILLA_READYZ_TIMEOUT", "2"))
+# Networks (CIDR) whose scrapers may read /metrics without a token; empty: a token is required.
+OPENSQUILLA_METRICS_ALLOWED_NETWORKS = env_list("OPENSQUILLA_METRICS_ALLOWED_NETWORKS")
+# A worker or beat silent this long shows as silent on the liveness page.
+OPENSQUILLA_HEARTBEAT_STALE_SECONDS = float(
+    os.environ.get("OPENSQUILLA_HEARTBEAT_STALE_SECONDS", "60")
+)
+# Alerts: evaluated by beat every interval; webhooks time out after OPENSQUILLA_ALERT_TIMEOUT.
+OPENSQUILLA_ALERT_INTERVAL_SECONDS = float(
+    os.environ.get("OPENSQUILLA_ALERT_INTERVAL_SECONDS", "30")
+)
+OPENSQUILLA_ALERT_TIMEOUT = float(os.environ.get("OPENSQUILLA_ALERT_TIMEOUT", "5"))
+# Off: webhook targets resolving to private, loopback or link-local addresses are refused.
+OPENSQUILLA_ALERT_ALLOW_PRIVATE_TARGETS = env_bool("OPENSQUILLA_ALERT_ALLOW_PRIVATE_TARGETS", False)
+CELERY_BEAT_SCHEDULE["evaluate-alerts"] = {
+    "task": "operations_app.tasks.evaluate_alerts",
+    "schedule": OPENSQUILLA_ALERT_INTERVAL_SECONDS,
+}
+CELERY_BEAT_SCHEDULE["time-at-risk"] = {
+    "task": "operations_app.tasks.track_time_at_risk",
+    "schedule": 60.0,
+}
+# Alert e-mail goes through Django's e-mail backend (SMTP unless EMAIL_BACKEND says otherwise).
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = float(os.environ.get("EMAIL_TIMEOUT", "10"))
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "opensquilla@localhost")

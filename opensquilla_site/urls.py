@@ -12,6 +12,7 @@ urlpatterns = [
     # LogoutView answers POST only. Passwords are changed by an admin (admin site, CLI).
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", api.urls),
+    path("", include("operations_app.urls")),
     path("", include("receipts_app.console.urls")),
 ]
 

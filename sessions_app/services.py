@@ -1,4 +1,4 @@
-"""Session services: create, read, append, reset and delete (DOMAIN.md section 7).
+"""Session services: create, read, append, reset and delete (docs/UPSTREAM.md#sessions-and-transcripts).
 
 Every key is canonicalised on the way in. Writes run in one transaction each; reset and
 delete lock the session row so a concurrent fenced receipt write sees either the old or the
@@ -18,7 +18,7 @@ from django.db import transaction
 from opensquilla_site.timeutil import now_ms
 
 from .keys import agent_id_for_session_key, canonicalize_session_key, normalize_agent_id
-from .models import Session, TranscriptEntry
+from .models import CompactedTranscriptEntry, CompactionSummary, Session, TranscriptEntry
 
 SessionPurger = Callable[[str], int]
 _session_purgers: list[SessionPurger] = []
@@ -61,7 +61,7 @@ def get_session(session_key: str) -> Session | None:
 def reset_session(session_key: str) -> Session:
     """Start a new generation: new ``session_id``, ``epoch + 1``, old transcript dropped.
 
-    Receipts are left in place with the old ``session_id`` (DOMAIN.md 3.9), so they stop
+    Receipts are left in place with the old ``session_id`` (docs/UPSTREAM.md#cascades), so they stop
     counting as evidence for the new generation.
     """
     key = _require_key(session_key)
@@ -79,7 +79,7 @@ def reset_session(session_key: str) -> Session:
 
 
 def delete_session(session_key: str) -> bool:
-    """Delete the session, its transcript and every receipt of every generation of the key."""
+    """Delete the session, its transcript, its compactions and every receipt of the key."""
     key = canonicalize_session_key(session_key)
     if not key:
         return False
@@ -88,6 +88,9 @@ def delete_session(session_key: str) -> bool:
         if session is None:
             return False
         TranscriptEntry.objects.filter(session_key=key).delete()
+        # Compactions go too, as upstream: a deleted session's memory is not repaired later.
+        CompactedTranscriptEntry.objects.filter(session_key=key).delete()
+        CompactionSummary.objects.filter(session_key=key).delete()
         for purge in _session_purgers:
             purge(key)
         session.delete()

@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
 from ...models import RequeuePlan
-from ...requeue import create_requeue_plan, execute_requeue_plan, get_requeue_plan
+from ...requeue import create_requeue_plan, get_requeue_plan, start_requeue_plan
 from ...selectors import ReceiptFilter
 from .. import selectors as cs
 from ..helpers import (
@@ -118,7 +118,7 @@ def plan_execute(request: HtmxHttpRequest, plan_id: str) -> HttpResponse:
     found = _plan_or_404(request, plan_id)
     if isinstance(found, HttpResponse):
         return found
-    plan = execute_requeue_plan(plan_id=plan_id, actor=console_actor(request))
+    plan = start_requeue_plan(plan_id=plan_id, actor=console_actor(request))
     if not request.htmx:
         return redirect(reverse("receipts:plan_detail", args=[plan.plan_id]))
     plan.refresh_from_db()  # an eager/fast worker may already have moved it on
