@@ -67,6 +67,8 @@ def _pages(admin_web) -> list[str]:
         "/sessions/",
         f"/sessions/s/{session.session_key}",
         f"/session-memory/?key={session.session_key}",
+        "/operations/liveness/",
+        "/operations/alerts/",
         "/admin/",
         "/admin/receipts_app/memorydurablereceipt/",
         f"/admin/receipts_app/memorydurablereceipt/{row.pk}/change/",
