@@ -16,6 +16,9 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from opensquilla_site.runtime import load_env_file
+from receipts_app import task_limits
+
+from . import serving
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # ``make run`` writes the embedded default's workspaces there, so ``manage.py`` run by hand
@@ -56,6 +59,7 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "django_htmx",
     "django_ratelimit",
+    "csp",
     "ninja",
     "opensquilla_site",
     "sessions_app",
@@ -67,6 +71,9 @@ MIDDLEWARE = [
     # First: /healthz and /readyz answer before the host check and the HTTPS redirect.
     "operations_app.probe_views.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Outermost of ours: every error under /api/ leaves as JSON, whoever produced it.
+    "opensquilla_site.api_http.ApiJsonErrorsMiddleware",
+    "opensquilla_site.api_http.ChunkedBodyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -76,6 +83,8 @@ MIDDLEWARE = [
     # After auth, so a refused page can render the console's own error page.
     "opensquilla_site.middleware.RejectNulMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "opensquilla_site.headers.PrivateNoStoreMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
@@ -184,7 +193,8 @@ OPENSQUILLA_REPAIR_INTERVAL_SECONDS = float(
 OPENSQUILLA_REPAIR_MAX_ITEMS_PER_TICK = int(
     os.environ.get("OPENSQUILLA_REPAIR_MAX_ITEMS_PER_TICK", "5")
 )
-OPENSQUILLA_CHECKPOINT_TIMEOUT = float(os.environ.get("OPENSQUILLA_CHECKPOINT_TIMEOUT", "120"))
+# The ?wait=true limit; gunicorn's timeout is derived from it in serving.py (WEB_TIMEOUT).
+OPENSQUILLA_CHECKPOINT_TIMEOUT = serving.WAIT_LIMIT_SECONDS
 
 # --- Celery ----------------------------------------------------------------------------
 # The embedded broker is kombu's filesystem transport: no server, safe across processes.
@@ -199,7 +209,9 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "store_processed": False,
     }
 else:
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+    # Redis redelivers a killed worker's unacknowledged task after this (derived from the
+    # tasks' time limits; RabbitMQ redelivers when the connection drops and ignores it).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": task_limits.VISIBILITY_TIMEOUT_SECONDS}
 
 
 def _default_result_backend() -> str:
@@ -214,8 +226,8 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_SOFT_TIME_LIMIT = 300
-CELERY_TASK_TIME_LIMIT = 360
+CELERY_TASK_SOFT_TIME_LIMIT = task_limits.DEFAULT.soft
+CELERY_TASK_TIME_LIMIT = task_limits.DEFAULT.hard
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # How often beat folds the receipt counts' delta rows and groups newly arrived failures
@@ -265,6 +277,8 @@ else:
 RATELIMIT_USE_CACHE = "default"
 LOGIN_RATE_PER_IP = os.environ.get("OPENSQUILLA_LOGIN_RATE_PER_IP", "20/m")
 LOGIN_RATE_PER_USER = os.environ.get("OPENSQUILLA_LOGIN_RATE_PER_USER", "5/m")
+# Behind a reverse proxy: the header it sets with the client's address (see client_ip.py).
+OPENSQUILLA_TRUSTED_PROXY_HEADER = os.environ.get("OPENSQUILLA_TRUSTED_PROXY_HEADER", "")
 
 # --- Security (production) --------------------------------------------------------------
 SESSION_COOKIE_HTTPONLY = True
@@ -272,6 +286,28 @@ CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cook
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
+# Everything (console, admin, the API docs page) is served from this origin: no inline script
+# or style, no CDN. Templates keep their JS and CSS in static/ (tests/security/test_headers.py
+# checks every template). data: images are the admin's and Swagger UI's icons.
+_SELF = "'self'"
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [_SELF],
+        "script-src": [_SELF],
+        "style-src": [_SELF],
+        "img-src": [_SELF, "data:"],
+        "font-src": [_SELF],
+        "connect-src": [_SELF],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": [_SELF],
+        "frame-ancestors": ["'none'"],
+    }
+}
+# The API's docs page and OpenAPI schema: open in development, login or token in production.
+OPENSQUILLA_PUBLIC_API_DOCS = env_bool(
+    "OPENSQUILLA_PUBLIC_API_DOCS", not env_bool("DJANGO_PRODUCTION", False)
+)
 if env_bool("DJANGO_PRODUCTION", False):
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
