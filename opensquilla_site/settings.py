@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "opensquilla_site",
     "sessions_app",
     "receipts_app",
+    "receipts_app.mirror",
     "operations_app",
 ]
 
@@ -103,7 +104,10 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
             ],
             # The console keeps its template tags beside its views (receipts_app/console/).
-            "libraries": {"console": "receipts_app.console.templatetags"},
+            "libraries": {
+                "console": "receipts_app.console.templatetags",
+                "mirror": "receipts_app.mirror.templatetags",
+            },
         },
     },
 ]
@@ -195,6 +199,11 @@ OPENSQUILLA_REPAIR_MAX_ITEMS_PER_TICK = int(
 )
 # The ?wait=true limit; gunicorn's timeout is derived from it in serving.py (WEB_TIMEOUT).
 OPENSQUILLA_CHECKPOINT_TIMEOUT = serving.WAIT_LIMIT_SECONDS
+# Live mirror of a running gateway's <state_dir>/sessions.db (docs/MIRROR.md): unset, the
+# Procfile's mirror process idles.
+OPENSQUILLA_SOURCE_DB = os.environ.get("OPENSQUILLA_SOURCE_DB") or None
+OPENSQUILLA_SOURCE_WORKSPACE = os.environ.get("OPENSQUILLA_SOURCE_WORKSPACE") or None
+OPENSQUILLA_MIRROR_INTERVAL = float(os.environ.get("OPENSQUILLA_MIRROR_INTERVAL", "0.5"))
 
 # --- Celery ----------------------------------------------------------------------------
 # The embedded broker is kombu's filesystem transport: no server, safe across processes.
