@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..receipt_ids import addressable_receipt_id
 from .errors import ImportSourceError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -396,7 +397,10 @@ _RECEIPT_MAX_LEN = {"scope": 64, "status": 64, "content_hash": 128, "coverage_ha
 
 
 def _receipt(row: dict[str, Any]) -> SourceReceipt:
-    receipt_id = str(_text(row["receipt_id"], "receipt_id", required=True, max_len=128))
+    # An upstream id with "/" could not be addressed by URL: it is stored percent-encoded.
+    receipt_id = addressable_receipt_id(
+        str(_text(row["receipt_id"], "receipt_id", required=True, max_len=128))
+    )
     what = f"receipt {receipt_id}"
     values: dict[str, Any] = {"receipt_id": receipt_id}
     for name in _RECEIPT_TEXT_REQUIRED:

@@ -33,7 +33,7 @@ from sessions_app.models import Session
 from .. import audit
 from ..models import MemoryDurableReceipt, new_receipt_id
 from ..statuses import REPAIR_PENDING, REPAIR_QUEUE_STATUSES, REPAIR_RUNNING
-from . import fastsql
+from . import fastsql, retry
 from .columns import LEDGER_FIELDS, UPDATABLE_FIELDS
 
 
@@ -121,7 +121,9 @@ def bulk_upsert_memory_durable_receipts(
 ) -> list[MemoryDurableReceipt]:
     """Upsert many unfenced receipts in one transaction; returns the stored rows in input order.
 
-    A key repeated inside one batch keeps its last values, as sequential upserts would.
+    A key repeated inside one batch keeps its last values, as sequential upserts would. Rows
+    are written in key order, so overlapping concurrent batches take their row locks in one
+    order and cannot deadlock each other; a deadlock that happens anyway is retried once.
     ``keep_stamps=True`` (the OpenSquilla import and mirror) keeps each row's ``updated_at``.
     """
     stamp = now_ms()
@@ -129,8 +131,9 @@ def bulk_upsert_memory_durable_receipts(
     for receipt in receipts:
         row = _prepare_for_write(receipt, stamp, keep_stamps=keep_stamps)
         latest[row["idempotency_key"]] = row
-    with transaction.atomic():
-        stored = {r.idempotency_key: r for r in fastsql.bulk_upsert(list(latest.values()))}
+    ordered = [latest[key] for key in sorted(latest)]
+    written = retry.atomic_retrying_once(lambda: fastsql.bulk_upsert(ordered))
+    stored = {r.idempotency_key: r for r in written}
     return [stored[receipt.idempotency_key] for receipt in receipts]
 
 
