@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from opensquilla_site.runtime import load_env_file
 from receipts_app import task_limits
@@ -63,6 +64,7 @@ INSTALLED_APPS = [
     "opensquilla_site",
     "sessions_app",
     "receipts_app",
+    "receipts_app.mirror",
     "operations_app",
 ]
 
@@ -102,7 +104,10 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
             ],
             # The console keeps its template tags beside its views (receipts_app/console/).
-            "libraries": {"console": "receipts_app.console.templatetags"},
+            "libraries": {
+                "console": "receipts_app.console.templatetags",
+                "mirror": "receipts_app.mirror.templatetags",
+            },
         },
     },
 ]
@@ -111,12 +116,22 @@ TEMPLATES = [
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'opensquilla.sqlite3'}"),
-        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "0")),
-        # With persistent connections, test a reused connection first so a database restart
-        # costs a reconnect, not a failed request.
+        # Kept connections: every web worker process and every Celery worker child holds one
+        # connection and reuses it for this many seconds (a fresh PostgreSQL connection costs
+        # ~5 ms, more than a whole upsert). 0 closes it after each request/task.
+        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "600")),
+        # A reused connection is tested first, so a database restart costs a reconnect, not a
+        # failed request.
         conn_health_checks=True,
     )
 }
+# SQLite durability. FULL (the default, as SQLite's own and OpenSquilla's): a commit returns
+# once the WAL is synced, so a receipt survives a power cut. NORMAL syncs only at checkpoints:
+# faster, and a power cut (not a crash of the process) can lose the last commits. Choose NORMAL
+# only where that loss is acceptable (docs/PERFORMANCE.md).
+SQLITE_SYNCHRONOUS = os.environ.get("OPENSQUILLA_SQLITE_SYNCHRONOUS", "FULL").upper()
+if SQLITE_SYNCHRONOUS not in {"FULL", "NORMAL", "EXTRA"}:
+    raise ImproperlyConfigured("OPENSQUILLA_SQLITE_SYNCHRONOUS must be FULL, NORMAL or EXTRA")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
@@ -125,7 +140,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "transaction_mode": "IMMEDIATE",
             "timeout": 30,
             "init_command": (
-                "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;"
+                f"PRAGMA journal_mode=WAL; PRAGMA synchronous={SQLITE_SYNCHRONOUS}; "
+                "PRAGMA busy_timeout=30000;"
             ),
         }
     )
@@ -136,6 +152,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Permissions in one query per request (opensquilla_site/permission_backend.py).
+AUTHENTICATION_BACKENDS = ["opensquilla_site.permission_backend.OneQueryModelBackend"]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -180,6 +199,11 @@ OPENSQUILLA_REPAIR_MAX_ITEMS_PER_TICK = int(
 )
 # The ?wait=true limit; gunicorn's timeout is derived from it in serving.py (WEB_TIMEOUT).
 OPENSQUILLA_CHECKPOINT_TIMEOUT = serving.WAIT_LIMIT_SECONDS
+# Live mirror of a running gateway's <state_dir>/sessions.db (docs/MIRROR.md): unset, the
+# Procfile's mirror process idles.
+OPENSQUILLA_SOURCE_DB = os.environ.get("OPENSQUILLA_SOURCE_DB") or None
+OPENSQUILLA_SOURCE_WORKSPACE = os.environ.get("OPENSQUILLA_SOURCE_WORKSPACE") or None
+OPENSQUILLA_MIRROR_INTERVAL = float(os.environ.get("OPENSQUILLA_MIRROR_INTERVAL", "0.5"))
 
 # --- Celery ----------------------------------------------------------------------------
 # The embedded broker is kombu's filesystem transport: no server, safe across processes.
@@ -215,7 +239,17 @@ CELERY_TASK_SOFT_TIME_LIMIT = task_limits.DEFAULT.soft
 CELERY_TASK_TIME_LIMIT = task_limits.DEFAULT.hard
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# How often beat folds the receipt counts' delta rows and groups newly arrived failures
+# (receipts_app/counts.py, receipts_app/failure_groups.py): the overview's failure groups lag
+# the ledger by at most this long.
+OPENSQUILLA_AGGREGATE_FOLD_SECONDS = float(
+    os.environ.get("OPENSQUILLA_AGGREGATE_FOLD_SECONDS", "5")
+)
 CELERY_BEAT_SCHEDULE = {
+    "fold-ledger-aggregates": {
+        "task": "receipts_app.tasks.fold_ledger_aggregates",
+        "schedule": OPENSQUILLA_AGGREGATE_FOLD_SECONDS,
+    },
     # The repair worker's tick also sweeps work whose enqueue was lost (broker down at commit).
     "repair-tick": {
         "task": "receipts_app.tasks.repair_tick",

@@ -27,6 +27,7 @@ from opensquilla_site.schemas import (
 )
 
 from .ledger import LEDGER_FIELDS
+from .mirror.schemas import MirrorStateOut
 from .models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
 from .receipt_ids import check_receipt_id
 from .selectors import RECEIPT_FILTER_FIELDS, ReceiptFilter
@@ -365,3 +366,5 @@ class HealthOut(Schema):
 
 class HealthListOut(Schema):
     items: list[HealthOut]
+    # The live OpenSquilla mirror, one entry per followed source (empty when none): docs/MIRROR.md.
+    mirror: list[MirrorStateOut] = []

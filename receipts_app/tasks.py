@@ -115,6 +115,15 @@ def repair_tick() -> dict[str, Any]:
     return {"repair": repaired, "swept": swept}
 
 
+@shared_task(soft_time_limit=50, time_limit=60, expires=30, ignore_result=True, **_RETRY)
+def fold_ledger_aggregates() -> dict[str, int]:
+    """Fold the counts' delta rows and group the failures that arrived since the last run."""
+    from receipts_app.counts import fold_counts
+    from receipts_app.failure_groups import fold_all
+
+    return {"count_rows_folded": fold_counts(), "failures_grouped": fold_all()}
+
+
 @shared_task(
     name=task_name(REPAIR_RECEIPT),
     soft_time_limit=task_limits.REPAIR_RECEIPT.soft,
