@@ -16,6 +16,9 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from opensquilla_site.runtime import load_env_file
+from receipts_app import task_limits
+
+from . import serving
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # ``make run`` writes the embedded default's workspaces there, so ``manage.py`` run by hand
@@ -56,14 +59,22 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "django_htmx",
     "django_ratelimit",
+    "csp",
     "ninja",
     "opensquilla_site",
     "sessions_app",
     "receipts_app",
+    "receipts_app.mirror",
+    "operations_app",
 ]
 
 MIDDLEWARE = [
+    # First: /healthz and /readyz answer before the host check and the HTTPS redirect.
+    "operations_app.probe_views.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Outermost of ours: every error under /api/ leaves as JSON, whoever produced it.
+    "opensquilla_site.api_http.ApiJsonErrorsMiddleware",
+    "opensquilla_site.api_http.ChunkedBodyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -73,6 +84,8 @@ MIDDLEWARE = [
     # After auth, so a refused page can render the console's own error page.
     "opensquilla_site.middleware.RejectNulMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "opensquilla_site.headers.PrivateNoStoreMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
@@ -91,7 +104,10 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
             ],
             # The console keeps its template tags beside its views (receipts_app/console/).
-            "libraries": {"console": "receipts_app.console.templatetags"},
+            "libraries": {
+                "console": "receipts_app.console.templatetags",
+                "mirror": "receipts_app.mirror.templatetags",
+            },
         },
     },
 ]
@@ -181,7 +197,13 @@ OPENSQUILLA_REPAIR_INTERVAL_SECONDS = float(
 OPENSQUILLA_REPAIR_MAX_ITEMS_PER_TICK = int(
     os.environ.get("OPENSQUILLA_REPAIR_MAX_ITEMS_PER_TICK", "5")
 )
-OPENSQUILLA_CHECKPOINT_TIMEOUT = float(os.environ.get("OPENSQUILLA_CHECKPOINT_TIMEOUT", "120"))
+# The ?wait=true limit; gunicorn's timeout is derived from it in serving.py (WEB_TIMEOUT).
+OPENSQUILLA_CHECKPOINT_TIMEOUT = serving.WAIT_LIMIT_SECONDS
+# Live mirror of a running gateway's <state_dir>/sessions.db (docs/MIRROR.md): unset, the
+# Procfile's mirror process idles.
+OPENSQUILLA_SOURCE_DB = os.environ.get("OPENSQUILLA_SOURCE_DB") or None
+OPENSQUILLA_SOURCE_WORKSPACE = os.environ.get("OPENSQUILLA_SOURCE_WORKSPACE") or None
+OPENSQUILLA_MIRROR_INTERVAL = float(os.environ.get("OPENSQUILLA_MIRROR_INTERVAL", "0.5"))
 
 # --- Celery ----------------------------------------------------------------------------
 # The embedded broker is kombu's filesystem transport: no server, safe across processes.
@@ -196,7 +218,9 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "store_processed": False,
     }
 else:
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+    # Redis redelivers a killed worker's unacknowledged task after this (derived from the
+    # tasks' time limits; RabbitMQ redelivers when the connection drops and ignores it).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": task_limits.VISIBILITY_TIMEOUT_SECONDS}
 
 
 def _default_result_backend() -> str:
@@ -211,8 +235,8 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_SOFT_TIME_LIMIT = 300
-CELERY_TASK_TIME_LIMIT = 360
+CELERY_TASK_SOFT_TIME_LIMIT = task_limits.DEFAULT.soft
+CELERY_TASK_TIME_LIMIT = task_limits.DEFAULT.hard
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # How often beat folds the receipt counts' delta rows and groups newly arrived failures
@@ -262,6 +286,8 @@ else:
 RATELIMIT_USE_CACHE = "default"
 LOGIN_RATE_PER_IP = os.environ.get("OPENSQUILLA_LOGIN_RATE_PER_IP", "20/m")
 LOGIN_RATE_PER_USER = os.environ.get("OPENSQUILLA_LOGIN_RATE_PER_USER", "5/m")
+# Behind a reverse proxy: the header it sets with the client's address (see client_ip.py).
+OPENSQUILLA_TRUSTED_PROXY_HEADER = os.environ.get("OPENSQUILLA_TRUSTED_PROXY_HEADER", "")
 
 # --- Security (production) --------------------------------------------------------------
 SESSION_COOKIE_HTTPONLY = True
@@ -269,6 +295,28 @@ CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cook
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
+# Everything (console, admin, the API docs page) is served from this origin: no inline script
+# or style, no CDN. Templates keep their JS and CSS in static/ (tests/security/test_headers.py
+# checks every template). data: images are the admin's and Swagger UI's icons.
+_SELF = "'self'"
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [_SELF],
+        "script-src": [_SELF],
+        "style-src": [_SELF],
+        "img-src": [_SELF, "data:"],
+        "font-src": [_SELF],
+        "connect-src": [_SELF],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": [_SELF],
+        "frame-ancestors": ["'none'"],
+    }
+}
+# The API's docs page and OpenAPI schema: open in development, login or token in production.
+OPENSQUILLA_PUBLIC_API_DOCS = env_bool(
+    "OPENSQUILLA_PUBLIC_API_DOCS", not env_bool("DJANGO_PRODUCTION", False)
+)
 if env_bool("DJANGO_PRODUCTION", False):
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
@@ -287,5 +335,44 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # httpx logs every request's full URL at INFO: alert webhook URLs embed tokens.
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+    },
 }
+
+# --- Operations signals (operations_app; docs/OPERATIONS.md) ------------------------------
+# Seconds each /readyz probe (database, broker) may take before it counts as failed.
+OPENSQUILLA_READYZ_TIMEOUT = float(os.environ.get("OPENSQUILLA_READYZ_TIMEOUT", "2"))
+# Networks (CIDR) whose scrapers may read /metrics without a token; empty: a token is required.
+OPENSQUILLA_METRICS_ALLOWED_NETWORKS = env_list("OPENSQUILLA_METRICS_ALLOWED_NETWORKS")
+# A worker or beat silent this long shows as silent on the liveness page.
+OPENSQUILLA_HEARTBEAT_STALE_SECONDS = float(
+    os.environ.get("OPENSQUILLA_HEARTBEAT_STALE_SECONDS", "60")
+)
+# Alerts: evaluated by beat every interval; webhooks time out after OPENSQUILLA_ALERT_TIMEOUT.
+OPENSQUILLA_ALERT_INTERVAL_SECONDS = float(
+    os.environ.get("OPENSQUILLA_ALERT_INTERVAL_SECONDS", "30")
+)
+OPENSQUILLA_ALERT_TIMEOUT = float(os.environ.get("OPENSQUILLA_ALERT_TIMEOUT", "5"))
+# Off: webhook targets resolving to private, loopback or link-local addresses are refused.
+OPENSQUILLA_ALERT_ALLOW_PRIVATE_TARGETS = env_bool("OPENSQUILLA_ALERT_ALLOW_PRIVATE_TARGETS", False)
+CELERY_BEAT_SCHEDULE["evaluate-alerts"] = {
+    "task": "operations_app.tasks.evaluate_alerts",
+    "schedule": OPENSQUILLA_ALERT_INTERVAL_SECONDS,
+}
+CELERY_BEAT_SCHEDULE["time-at-risk"] = {
+    "task": "operations_app.tasks.track_time_at_risk",
+    "schedule": 60.0,
+}
+# Alert e-mail goes through Django's e-mail backend (SMTP unless EMAIL_BACKEND says otherwise).
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = float(os.environ.get("EMAIL_TIMEOUT", "10"))
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "opensquilla@localhost")
