@@ -15,6 +15,7 @@ from .alerts.service import send_test, store_rule
 from .alerts.validation import masked_target
 from .liveness import liveness_report
 from .models import AlertDelivery, AlertRule
+from .time_at_risk import time_at_risk_by_agent
 
 
 @require_GET
@@ -25,6 +26,17 @@ def liveness(request: HtmxHttpRequest) -> HttpResponse:
     if request.htmx and request.htmx.target == "liveness-body":
         template = "operations/_liveness_body.html"
     return render(request, template, context)
+
+
+@require_GET
+@console_view(VIEW_PERM)
+def time_at_risk_panel(request: HtmxHttpRequest) -> HttpResponse:
+    """The overview's time-at-risk panel, loaded by the overview after it renders.
+
+    A separate request keeps the overview itself within its query budget and quick: the panel
+    reads the rollups (two queries) while the operator already sees the counts.
+    """
+    return render(request, "operations/_time_at_risk.html", {"agents": time_at_risk_by_agent()})
 
 
 # --- alerts (admins) ------------------------------------------------------------------------

@@ -37,11 +37,3 @@ def ms_age(value: Any, now_ms: Any) -> str:
         return age(max(0, int(now_ms) - int(value)) / 1000)
     except (TypeError, ValueError):
         return "—"
-
-
-@register.inclusion_tag("operations/_time_at_risk.html")
-def time_at_risk_panel() -> dict[str, Any]:
-    """The overview's time-at-risk panel (its data comes from the daily rollups, two queries)."""
-    from operations_app.time_at_risk import time_at_risk_by_agent
-
-    return {"agents": time_at_risk_by_agent()}

@@ -25,7 +25,7 @@ def test_viewer_reads_liveness_and_time_at_risk(page, live_server, screenshot):
 
     track_time_at_risk()
     log_in(page, live_server.url, "vera")
-    assert page.locator("#risk-title").is_visible()
+    page.wait_for_selector("#risk-title")  # the panel loads after the overview renders
     page.click("text=Operations")
     page.wait_for_url(f"{live_server.url}/operations/liveness/")
     assert page.locator("strong", has_text="1 alive").is_visible()

@@ -91,7 +91,10 @@ def test_the_overview_shows_time_at_risk(viewer_page):
         r = make_receipt(session_key=f"agent:a{i}:webchat:x", status="checkpoint_failed")
         _at(r, updated_at=now - 2 * 24 * HOUR - 60_000)
     track_task.apply()
-    html = viewer_page.get("/").content.decode()
+    # The overview loads the panel from its own URL once it has rendered.
+    overview = viewer_page.get("/").content.decode()
+    assert 'hx-get="/operations/time-at-risk/"' in overview
+    html = viewer_page.get("/operations/time-at-risk/").content.decode()
     assert "Time at risk" in html
     assert html.count("<strong>2 d</strong>") == 3
 

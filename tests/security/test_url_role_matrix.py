@@ -153,6 +153,7 @@ EXPECTED: dict[tuple[str, str], Rule] = {
     ("metrics", "GET"): api(VIEWER),
     # Operations pages (operations_app.console_urls)
     ("operations:liveness", "GET"): console(VIEWER),
+    ("operations:time_at_risk", "GET"): console(VIEWER),
     ("operations:alerts", "GET"): console(ADMIN),
     ("operations:alert_create", "GET"): console(ADMIN),
     ("operations:alert_edit", "GET"): console(ADMIN),
