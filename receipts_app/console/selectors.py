@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, F, Q, QuerySet, Value
+from django.db.models import Count, F, Max, Q, QuerySet, Value
 from django.db.models.fields import BigIntegerField
 from django.db.models.functions import Cast
 
@@ -22,6 +22,7 @@ from opensquilla_site.exceptions import ValidationFailed
 from opensquilla_site.pagination import Page, keyset_page
 from opensquilla_site.timeutil import now_ms
 from sessions_app.keys import normalize_agent_id
+from sessions_app.models import Session
 
 from ..ledger import literal_prefix
 from ..models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
@@ -81,21 +82,36 @@ def literal_fragment(fingerprint: str) -> str:
 
 @dataclass
 class FailureGroup:
+    agent: str
     scope: str
     status: str
     fingerprint: str
     count: int = 0
     first_seen: int = 0
     last_seen: int = 0
-    sample_receipt_id: str = ""
+    receipt_ids: list[str] = field(default_factory=list)
 
     @property
     def filter_params(self) -> dict[str, Any]:
-        """Query parameters of the receipts list that show this group (and a plan freezes)."""
+        """Query parameters of the receipts list that find this group's rows.
+
+        The reason text is the fingerprint's longest unmasked piece, so the list may also
+        show rows of a look-alike group; a plan of the group is its exact rows instead.
+        """
         params: dict[str, Any] = {"status": self.status, "scope": self.scope}
+        if self.agent:
+            params["agent"] = self.agent
         fragment = literal_fragment(self.fingerprint)
         if fragment:
             params["reason"] = fragment
+        return params
+
+    @property
+    def plan_filters(self) -> dict[str, Any]:
+        """The group's columns as a plan filter; the plan also pins ``receipt_ids``."""
+        params: dict[str, Any] = {"status": self.status, "scope": self.scope}
+        if self.agent:
+            params["agent"] = self.agent
         return params
 
 
@@ -104,39 +120,63 @@ class FailureGroups:
     groups: list[FailureGroup] = field(default_factory=list)
     scanned: int = 0
     window: int = FAILURE_WINDOW
+    # The newest row id the window saw: a plan of a group re-reads exactly this window.
+    upto: int = 0
 
     @property
     def truncated(self) -> bool:
         return self.scanned >= self.window
 
 
-def failure_groups(*, window: int = FAILURE_WINDOW) -> FailureGroups:
-    """Group the most recent failed receipts by ``(scope, status, fingerprint)``. One query."""
-    rows = (
-        MemoryDurableReceipt.objects.filter(status__in=FAILURE_STATUSES)
-        .order_by("-created_at", "-id")
-        .values_list("receipt_id", "scope", "status", "reason", "created_at")[:window]
-    )
-    groups: dict[tuple[str, str, str], FailureGroup] = {}
-    scanned = 0
-    for receipt_id, scope, status, reason, created_at in rows:
+def failure_groups(*, window: int = FAILURE_WINDOW, upto: int | None = None) -> FailureGroups:
+    """Group the most recent failed receipts by ``(agent, scope, status, fingerprint)``.
+
+    One query. ``upto`` (a previous result's ``upto``) leaves out rows written since, so a
+    group is re-read as the operator saw it.
+    """
+    qs = MemoryDurableReceipt.objects.filter(status__in=FAILURE_STATUSES)
+    if upto is not None:
+        qs = qs.filter(id__lte=upto)
+    rows = qs.order_by("-created_at", "-id").values_list(
+        "id", "receipt_id", "agent_id", "scope", "status", "reason", "created_at"
+    )[:window]
+    groups: dict[tuple[str, str, str, str], FailureGroup] = {}
+    scanned = newest = 0
+    for pk, receipt_id, agent, scope, status, reason, created_at in rows:
         scanned += 1
-        key = (scope, status, fingerprint_reason(reason))
+        newest = max(newest, pk)
+        key = (agent or "", scope, status, fingerprint_reason(reason))
         group = groups.get(key)
         if group is None:
             group = groups[key] = FailureGroup(
+                agent=key[0],
                 scope=scope,
                 status=status,
-                fingerprint=key[2],
+                fingerprint=key[3],
                 first_seen=created_at,
                 last_seen=created_at,
-                sample_receipt_id=receipt_id,
             )
         group.count += 1
+        group.receipt_ids.append(receipt_id)
         group.first_seen = min(group.first_seen, created_at)
         group.last_seen = max(group.last_seen, created_at)
     ordered = sorted(groups.values(), key=lambda g: (-g.count, -g.last_seen))
-    return FailureGroups(groups=ordered, scanned=scanned, window=window)
+    return FailureGroups(groups=ordered, scanned=scanned, window=window, upto=newest)
+
+
+def find_failure_group(
+    *, agent: str, scope: str, status: str, fingerprint: str, upto: int
+) -> FailureGroup | None:
+    """The group with exactly this definition, read from the window the operator saw."""
+    for group in failure_groups(upto=upto).groups:
+        if (group.agent, group.scope, group.status, group.fingerprint) == (
+            agent,
+            scope,
+            status,
+            fingerprint,
+        ):
+            return group
+    return None
 
 
 # --- receipts over time -------------------------------------------------------------------
@@ -247,7 +287,35 @@ def page_audit_events(
     return keyset_page(qs, cursor=cursor, limit=limit)
 
 
-def receipt_timeline(receipt_id: str, *, limit: int = 200) -> list[ReceiptEvent]:
+def receipt_version(receipt: MemoryDurableReceipt, last_event_pk: int | None = -1) -> str:
+    """What the detail page shows, as one token: the row's stamp and its newest event.
+
+    Every write moves ``updated_at`` and every action (even one that changes nothing)
+    appends an event, so a poller holding the token learns with two indexed reads whether
+    a re-render would differ. ``last_event_pk`` saves the second read when the caller has
+    the timeline already (``None``: no events).
+    """
+    if last_event_pk == -1:
+        last_event_pk = (
+            ReceiptEvent.objects.filter(receipt_id=receipt.receipt_id)
+            .order_by("-created_at", "-id")
+            .values_list("id", flat=True)
+            .first()
+        )
+    return f"{receipt.updated_at}.{last_event_pk or 0}"
+
+
+TIMELINE_LIMIT = 200
+
+
+def newest_event_pk(timeline: list[ReceiptEvent]) -> int | None:
+    """The newest event's pk from a timeline read, or -1 when the read was cut short."""
+    if len(timeline) >= TIMELINE_LIMIT:
+        return -1
+    return timeline[-1].pk if timeline else None
+
+
+def receipt_timeline(receipt_id: str, *, limit: int = TIMELINE_LIMIT) -> list[ReceiptEvent]:
     return list(
         ReceiptEvent.objects.filter(receipt_id=receipt_id).order_by("created_at", "id")[:limit]
     )
@@ -406,6 +474,15 @@ def page_plans(
         rows = rows[:limit]
         marker = f"{rows[-1].created_at}:{rows[-1].plan_id}"
     return rows, marker
+
+
+def session_memory_version(session: Session) -> str:
+    """What the session memory panel shows, as one token: the session's generation and
+    stamp (new messages move it) and its receipts' count and newest stamp. One query."""
+    seen = MemoryDurableReceipt.objects.filter(session_key=session.session_key).aggregate(
+        n=Count("id"), newest=Max("updated_at")
+    )
+    return f"{session.session_id}.{session.updated_at}.{seen['n']}.{seen['newest'] or 0}"
 
 
 def session_checkpoints(session_key: str, *, limit: int = 50) -> list[MemoryDurableReceipt]:

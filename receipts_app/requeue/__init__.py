@@ -3,6 +3,7 @@
 - ``rules``: what a requeue would do (``classify_requeue``, ``available_actions``), no writes
 - ``engine``: ``requeue_receipt``, ``acknowledge_receipt``, ``complete_checkpoint_requeue``
 - ``plans``: frozen-filter requeue plans with a dry run and batched execution
+- ``follow_up``: where a plan's requeued rows are now (recovered, failed again, pending)
 - ``sweep``: re-sending work whose enqueue was lost (called by ``repair_tick``)
 """
 
@@ -14,6 +15,7 @@ from .engine import (
     complete_checkpoint_requeue,
     requeue_receipt,
 )
+from .follow_up import PlanFollowUp, plan_follow_up
 from .plans import (
     create_requeue_plan,
     execute_requeue_plan,
@@ -45,6 +47,7 @@ __all__ = [
     "AckOutcome",
     "AcknowledgeResult",
     "Outcome",
+    "PlanFollowUp",
     "RequeueResult",
     "acknowledge_receipt",
     "available_actions",
@@ -54,6 +57,7 @@ __all__ = [
     "execute_requeue_plan",
     "fan_out_requeue_plan",
     "get_requeue_plan",
+    "plan_follow_up",
     "plan_queryset",
     "requeue_receipt",
     "run_requeue_plan",
