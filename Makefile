@@ -2,11 +2,10 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# The embedded default configures its workspaces explicitly (settings have no silent default);
-# only the targets that run the product get them, so tests see the unconfigured default.
+# The embedded default configures its workspaces explicitly (settings have no silent default):
+# `make run` / `make demo` write them to .env on first run, which settings (so `manage.py` by
+# hand), honcho and every process read. The test suite never reads .env.
 RUN_WORKSPACE ?= $(CURDIR)/var/workspace
-demo run: export OPENSQUILLA_CHECKPOINT_WORKSPACE ?= $(RUN_WORKSPACE)
-demo run: export OPENSQUILLA_MEMORY_WORKSPACE ?= $(RUN_WORKSPACE)
 
 .PHONY: install system-deps migrate run demo test lint typecheck pytest bench soak clean
 
@@ -29,8 +28,17 @@ migrate: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
 
-demo: migrate
-	mkdir -p "$$OPENSQUILLA_CHECKPOINT_WORKSPACE"
+# Written once, never overwritten: edit it (see .env.example); real environment variables win.
+.env:
+	@printf '%s\n' \
+	  "# Written by 'make run' on first run (git-ignored). Every setting: .env.example." \
+	  "# Real environment variables win over this file; the test suite never reads it." \
+	  "OPENSQUILLA_CHECKPOINT_WORKSPACE=$(RUN_WORKSPACE)" \
+	  "OPENSQUILLA_MEMORY_WORKSPACE=$(RUN_WORKSPACE)" > $@
+	@echo "wrote .env (checkpoint and memory workspace: $(RUN_WORKSPACE))"
+
+demo: .env migrate
+	mkdir -p "$(RUN_WORKSPACE)"
 	$(BIN)/python manage.py seed_demo
 
 # Web (gunicorn), Celery worker and beat together on the embedded default (SQLite + filesystem broker).
@@ -44,6 +52,7 @@ run: demo
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache  # the layering contracts in pyproject.toml
 
 typecheck: install
 	$(BIN)/mypy opensquilla_site sessions_app receipts_app

@@ -363,7 +363,7 @@ def _scale(d: dict | None) -> tuple[list[str], list[str]]:
             "|---|---|---|",
             f"| dry run (`create_requeue_plan`) | {rq['dry_run_s']} s "
             f"({rq['dry_run_total'] / max(rq['dry_run_s'], 1e-9):,.0f} rows/s) | < 2 s: {_ok(dry_met)} |",
-            f"| execution through 2 Celery workers on Redis (`execute_requeue_plan`, poll until "
+            f"| execution through 2 Celery workers on Redis (`start_requeue_plan` → `run_requeue_plan` tasks, poll until "
             f"`done`) | {exe_value} | < 60 s: {_ok(exe_met)} |",
             f"| outcomes | {rq['execute_result_counts']} | |",
             f"| follow-up tasks still queued when the plan finished/stopped | "

@@ -151,7 +151,7 @@ def seed_requeue_cohort(count: int) -> float:
 def requeue(url: str, count: int, timeout_s: float) -> dict:
     from receipts_app.audit import Actor
     from receipts_app.models import RequeuePlan
-    from receipts_app.requeue import create_requeue_plan, execute_requeue_plan
+    from receipts_app.requeue import create_requeue_plan, start_requeue_plan
 
     seed_s = seed_requeue_cohort(count)
     actor = Actor("bench", "cli")
@@ -174,7 +174,7 @@ def requeue(url: str, count: int, timeout_s: float) -> dict:
         djbench.start_workers(procs, url, 2, tag="scale")
         djbench.wait_workers_ready(2)
         s = time.perf_counter()
-        execute_requeue_plan(plan_id=plan.plan_id, actor=actor)
+        start_requeue_plan(plan_id=plan.plan_id, actor=actor)
         state = "queued"
         processed = 0
         while time.perf_counter() - s < timeout_s:

@@ -3,7 +3,7 @@
 Every error is JSON ``{"detail": …, "code": …}``. The handlers below are the only place where
 domain errors become HTTP statuses:
 - ``ApplicationError`` subclasses carry their own status and code;
-- ``KeyError`` is 404, except the generation fence ("Session generation changed"), 409;
+- ``KeyError`` is 404 (``GenerationChanged`` is an ``ApplicationError`` first: 409);
 - ``ValueError`` is 422, as is a request that fails schema validation;
 - a write refused by a unique constraint is 409;
 - unparseable JSON is 400, a body over the limit 413, a missing or bad credential 401, a
@@ -24,12 +24,12 @@ from ninja import NinjaAPI, Path, Router, Status
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
+from receipts_app.api import health_router, plans_router, session_receipts_router
 from receipts_app.api import router as receipts_router
-from receipts_app.api import session_receipts_router
 from sessions_app.api import router as sessions_router
 
 from .auth import ADMIN, principal
-from .exceptions import ApplicationError, is_generation_fence
+from .exceptions import ApplicationError
 from .limits import LimitedJsonParser, RequestBodyTooLarge
 from .models import ApiToken
 from .schemas import (
@@ -74,8 +74,6 @@ def _application_error(request: HttpRequest, exc: ApplicationError) -> HttpRespo
 @api.exception_handler(KeyError)
 def _key_error(request: HttpRequest, exc: KeyError) -> HttpResponse:
     message = str(exc.args[0]) if exc.args else "not found"
-    if is_generation_fence(exc):
-        return _error(request, 409, message, "generation_changed")
     return _error(request, 404, message, "not_found")
 
 
@@ -152,14 +150,14 @@ tokens_router = Router(tags=["tokens"], auth=ADMIN)
 
 
 @tokens_router.get(
-    "/tokens", response={200: TokenListOut, **errors(*AUTH_ERRORS)}, operation_id="list_api_tokens"
+    "", response={200: TokenListOut, **errors(*AUTH_ERRORS)}, operation_id="list_api_tokens"
 )
 def list_api_tokens(request: HttpRequest) -> dict[str, Any]:
     return {"items": list(ApiToken.objects.select_related("user").order_by("-created_at", "-id"))}
 
 
 @tokens_router.post(
-    "/tokens",
+    "",
     response={201: TokenCreatedOut, **errors(*WRITE_ERRORS)},
     operation_id="create_api_token",
 )
@@ -173,7 +171,7 @@ def create_token(request: HttpRequest, payload: TokenIn) -> Status[Any]:
 
 
 @tokens_router.delete(
-    "/tokens/{token_id}",
+    "/{token_id}",
     response={200: TokenOut, **errors(*AUTH_ERRORS, 404, 422)},
     operation_id="revoke_api_token",
 )
@@ -181,9 +179,12 @@ def revoke_token(request: HttpRequest, token_id: int = Path(..., ge=1, le=2**63 
     return revoke_api_token(token_id=token_id)
 
 
-# Order matters: the receipt-backed session routes (…/checkpoints, …/flush, …/coverage) must
-# be matched before the sessions router's catch-all ``sessions/{path:key}``.
-api.add_router("/", session_receipts_router)
-api.add_router("/", sessions_router)
-api.add_router("/", receipts_router)
-api.add_router("/", tokens_router)
+# Each router under its own prefix. Order matters within /sessions: the receipt-backed
+# session routes (…/checkpoints, …/flush, …/coverage) must be matched before the sessions
+# router's catch-all ``sessions/{path:key}``.
+api.add_router("/sessions", session_receipts_router)
+api.add_router("/sessions", sessions_router)
+api.add_router("/receipts", receipts_router)
+api.add_router("/requeue-plans", plans_router)
+api.add_router("/health", health_router)
+api.add_router("/tokens", tokens_router)

@@ -5,9 +5,19 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.signals import beat_init, celeryd_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "opensquilla_site.settings")
 
 app = Celery("opensquilla_site")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@celeryd_init.connect
+@beat_init.connect
+def _create_runtime_dirs(**_kwargs: object) -> None:
+    """The worker and beat write under ``var/`` (broker folders, results, beat schedule)."""
+    from .runtime import ensure_runtime_dirs
+
+    ensure_runtime_dirs()

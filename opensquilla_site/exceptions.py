@@ -1,8 +1,8 @@
 """Typed domain errors, translated to HTTP/HTML at the edges.
 
-Services raise the built-ins the OpenSquilla contract names (``KeyError`` for a missing row or a
-changed generation, ``ValueError`` for bad input) or one of these. Each edge (ninja handler,
-HTMX view, management command) maps them once.
+Services raise the built-ins the OpenSquilla contract names (``KeyError`` for a missing row,
+``ValueError`` for bad input) or one of these. Each edge (ninja handler, HTMX view, management
+command) maps them once, by type: no edge reads an error's text.
 """
 
 from __future__ import annotations
@@ -25,11 +25,25 @@ class NotFoundError(ApplicationError):
     status = 404
 
 
-class GenerationFenceError(ApplicationError):
-    """The session was reset or deleted since the caller read it."""
+class GenerationChanged(ApplicationError, KeyError):
+    """The session was reset or deleted since the caller read its generation (``session_id``).
+
+    Upstream raises ``KeyError("Session generation changed: <key>")`` for this, and callers
+    written against upstream catch ``KeyError``; so it is a KeyError too, with upstream's
+    message. Being an ``ApplicationError`` as well, every edge maps it by type (409
+    ``generation_changed``) before any plain ``KeyError`` (404) handler sees it.
+    """
 
     code = "generation_changed"
     status = 409
+
+    def __init__(self, session_key: str) -> None:
+        super().__init__(f"Session generation changed: {session_key}")
+        self.session_key = session_key
+
+    def __str__(self) -> str:
+        # KeyError would quote the message; it is a sentence, not a missing key.
+        return self.message
 
 
 class ConflictError(ApplicationError):
@@ -45,8 +59,3 @@ class ValidationFailed(ApplicationError):
 class PermissionDeniedError(ApplicationError):
     code = "forbidden"
     status = 403
-
-
-def is_generation_fence(exc: BaseException) -> bool:
-    """Upstream signals a fence with ``KeyError("Session generation changed: …")``."""
-    return isinstance(exc, KeyError) and "Session generation changed" in str(exc)

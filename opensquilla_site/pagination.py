@@ -44,6 +44,34 @@ class Page:
         return self.next_cursor is not None
 
 
+def keyset_after(
+    qs: QuerySet[Any, Any],
+    *,
+    order_field: str,
+    value: Any,
+    tie_field: str = "id",
+    tie_value: Any,
+    newest_first: bool,
+) -> QuerySet[Any, Any]:
+    """The rows that come after ``(value, tie_value)`` in ``(order_field, tie_field)`` order.
+
+    The one keyset step of every list, batch loop and plan page. The redundant bound on
+    ``order_field`` alone is what an index can seek to; the OR alone makes PostgreSQL scan
+    the ordering index from its start on every page.
+    """
+    if newest_first:
+        return qs.filter(
+            Q(**{f"{order_field}__lte": value}),
+            Q(**{f"{order_field}__lt": value})
+            | Q(**{order_field: value, f"{tie_field}__lt": tie_value}),
+        )
+    return qs.filter(
+        Q(**{f"{order_field}__gte": value}),
+        Q(**{f"{order_field}__gt": value})
+        | Q(**{order_field: value, f"{tie_field}__gt": tie_value}),
+    )
+
+
 def keyset_page(
     qs: QuerySet[Any],
     *,
@@ -58,14 +86,9 @@ def keyset_page(
     position = decode_cursor(cursor)
     if position is not None:
         value, row_id = position
-        if newest_first:
-            qs = qs.filter(
-                Q(**{f"{order_field}__lt": value}) | Q(**{order_field: value, "id__lt": row_id})
-            )
-        else:
-            qs = qs.filter(
-                Q(**{f"{order_field}__gt": value}) | Q(**{order_field: value, "id__gt": row_id})
-            )
+        qs = keyset_after(
+            qs, order_field=order_field, value=value, tie_value=row_id, newest_first=newest_first
+        )
     order = (f"-{order_field}", "-id") if newest_first else (order_field, "id")
     rows = list(qs.order_by(*order)[: limit + 1])
     next_cursor = None

@@ -1,8 +1,10 @@
-"""Settings, driven entirely by the environment.
+"""Settings, driven entirely by the environment (and ``.env`` when present).
 
 Embedded default: SQLite in WAL mode under ``var/`` and a Celery broker on the local
 filesystem, so a fresh machine runs web, worker and beat with no server at all.
 Scale-out: set ``DATABASE_URL`` (PostgreSQL) and ``CELERY_BROKER_URL`` (Redis or RabbitMQ).
+Every setting is listed in ``.env.example``. Importing this module creates no directory:
+``opensquilla_site.runtime.ensure_runtime_dirs()`` does, in the processes that need them.
 """
 
 from __future__ import annotations
@@ -12,9 +14,13 @@ from pathlib import Path
 
 import dj_database_url
 
+from opensquilla_site.runtime import load_env_file
+
 BASE_DIR = Path(__file__).resolve().parent.parent
+# ``make run`` writes the embedded default's workspaces there, so ``manage.py`` run by hand
+# gets the same settings. Real environment variables win over the file.
+load_env_file(BASE_DIR)
 VAR_DIR = Path(os.environ.get("OPENSQUILLA_VAR_DIR", BASE_DIR / "var")).resolve()
-VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 
 def env_bool(name: str, default: bool = False) -> bool:
@@ -140,7 +146,6 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 # Files a browser asks for at the site root (``/favicon.ico``), served by WhiteNoise.
 WHITENOISE_ROOT = BASE_DIR / "static" / "root"
 STATIC_ROOT = VAR_DIR / "staticfiles"
-STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -148,11 +153,13 @@ STORAGES = {
 
 # --- OpenSquilla domain ----------------------------------------------------------------
 # No silent default: an unset workspace makes checkpoints fail with a recorded receipt
-# (DOMAIN.md 5.4 step 4), exactly like upstream's unconfigured SessionManager.
+# (docs/UPSTREAM.md#recording-a-checkpoint), exactly like upstream's unconfigured SessionManager.
 OPENSQUILLA_CHECKPOINT_WORKSPACE = os.environ.get("OPENSQUILLA_CHECKPOINT_WORKSPACE") or None
 # Raw-fallback archives and memory notes live under each agent's memory workspace.
 # "{agent}" is replaced by the normalised agent id.
 OPENSQUILLA_MEMORY_WORKSPACE = os.environ.get("OPENSQUILLA_MEMORY_WORKSPACE") or None
+# Agents the repair tick always scans, comma-separated (docs/WORKERS.md); ``main`` always is.
+OPENSQUILLA_AGENTS = [a for a in os.environ.get("OPENSQUILLA_AGENTS", "").split(",") if a.strip()]
 OPENSQUILLA_FLUSH_PROVIDER = os.environ.get("OPENSQUILLA_FLUSH_PROVIDER", "none")
 OPENSQUILLA_FLUSH_BASE_URL = os.environ.get("OPENSQUILLA_FLUSH_BASE_URL", "")
 OPENSQUILLA_FLUSH_API_KEY = os.environ.get("OPENSQUILLA_FLUSH_API_KEY", "")
@@ -171,8 +178,6 @@ OPENSQUILLA_CHECKPOINT_TIMEOUT = float(os.environ.get("OPENSQUILLA_CHECKPOINT_TI
 _BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("in", "processed", "control"):
-        (_BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_BROKER_DIR / "in"),
         "data_folder_out": str(_BROKER_DIR / "in"),
@@ -187,9 +192,7 @@ else:
 def _default_result_backend() -> str:
     if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
         return CELERY_BROKER_URL
-    results = VAR_DIR / "celery-results"
-    results.mkdir(parents=True, exist_ok=True)
-    return f"file://{results}"
+    return f"file://{VAR_DIR / 'celery-results'}"
 
 
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or _default_result_backend()

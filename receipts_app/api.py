@@ -59,7 +59,11 @@ from .selectors import (
     page_receipts,
 )
 
+# Mounted under their prefixes in opensquilla_site/api.py: /receipts, /requeue-plans, /health,
+# and /sessions (the receipt-backed session routes).
 router = Router(tags=["receipts"])
+plans_router = Router(tags=["receipts"])
+health_router = Router(tags=["receipts"])
 session_receipts_router = Router(tags=["sessions"])
 
 
@@ -79,7 +83,7 @@ def _receipts_url(**params: Any) -> str:
 
 
 @router.get(
-    "/receipts",
+    "",
     response={200: ReceiptPageOut, **errors(*AUTH_ERRORS, 422)},
     auth=READ,
     operation_id="list_receipts",
@@ -95,7 +99,7 @@ def list_receipts(
 
 
 @router.put(
-    "/receipts",
+    "",
     response={200: ReceiptOut, **errors(*WRITE_ERRORS)},
     auth=OPERATE,
     operation_id="upsert_receipt",
@@ -110,7 +114,7 @@ def upsert_receipt(request: HttpRequest, payload: ReceiptUpsertIn) -> MemoryDura
 
 
 @router.post(
-    "/receipts/bulk",
+    "/bulk",
     response={200: BulkOut, **errors(*WRITE_ERRORS)},
     auth=OPERATE,
     operation_id="bulk_upsert_receipts",
@@ -142,7 +146,7 @@ def bulk_upsert_receipts(request: HttpRequest, payload: ReceiptBulkIn) -> HttpRe
 
 
 @router.get(
-    "/receipts/{receipt_id}",
+    "/{receipt_id}",
     response={200: ReceiptOut, **errors(*READ_ERRORS)},
     auth=READ,
     operation_id="get_receipt",
@@ -152,7 +156,7 @@ def get_receipt_detail(request: HttpRequest, receipt_id: str) -> MemoryDurableRe
 
 
 @router.patch(
-    "/receipts/{receipt_id}",
+    "/{receipt_id}",
     response={200: ReceiptOut, **errors(*WRITE_ERRORS)},
     auth=OPERATE,
     operation_id="update_receipt",
@@ -167,7 +171,7 @@ def update_receipt(
 
 
 @router.get(
-    "/receipts/{receipt_id}/events",
+    "/{receipt_id}/events",
     response={200: ReceiptEventPageOut, **errors(*AUTH_ERRORS, 422)},
     auth=READ,
     operation_id="list_receipt_events",
@@ -186,7 +190,7 @@ def list_receipt_events(
 
 
 @router.post(
-    "/receipts/{receipt_id}/requeue",
+    "/{receipt_id}/requeue",
     response={200: RequeueOut, **errors(*WRITE_ERRORS)},
     auth=OPERATE,
     operation_id="requeue_receipt",
@@ -211,7 +215,7 @@ def requeue_receipt(
 
 
 @router.post(
-    "/receipts/{receipt_id}/acknowledge",
+    "/{receipt_id}/acknowledge",
     response={200: AcknowledgeOut, **errors(*WRITE_ERRORS)},
     auth=OPERATE,
     operation_id="acknowledge_receipt",
@@ -245,8 +249,8 @@ def _outcome_response(result: dict[str, Any]) -> Status[Any]:
 # --- requeue plans --------------------------------------------------------------------------
 
 
-@router.post(
-    "/requeue-plans",
+@plans_router.post(
+    "",
     response={201: RequeuePlanOut, **errors(*WRITE_ERRORS)},
     auth=OPERATE,
     operation_id="create_requeue_plan",
@@ -267,8 +271,8 @@ def create_requeue_plan(request: HttpRequest, payload: RequeuePlanIn) -> Status[
     return run_idempotent(request, owner=caller.idempotency_owner, action=act)
 
 
-@router.get(
-    "/requeue-plans/{plan_id}",
+@plans_router.get(
+    "/{plan_id}",
     response={200: RequeuePlanOut, **errors(*READ_ERRORS)},
     auth=READ,
     operation_id="get_requeue_plan",
@@ -278,8 +282,8 @@ def get_requeue_plan(request: HttpRequest, plan_id: str) -> RequeuePlan:
     return requeue.get_requeue_plan(plan_id)
 
 
-@router.post(
-    "/requeue-plans/{plan_id}/execute",
+@plans_router.post(
+    "/{plan_id}/execute",
     response={202: RequeuePlanOut, **errors(*WRITE_ERRORS)},
     auth=OPERATE,
     operation_id="execute_requeue_plan",
@@ -289,7 +293,7 @@ def execute_requeue_plan(request: HttpRequest, plan_id: str) -> Status[Any]:
     caller = principal(request)
 
     def act() -> Status[Any]:
-        plan = requeue.execute_requeue_plan(plan_id=plan_id, actor=_actor(caller))
+        plan = requeue.start_requeue_plan(plan_id=plan_id, actor=_actor(caller))
         return Status(202, RequeuePlanOut.from_orm(plan))
 
     return run_idempotent(request, owner=caller.idempotency_owner, action=act)
@@ -298,19 +302,19 @@ def execute_requeue_plan(request: HttpRequest, plan_id: str) -> Status[Any]:
 # --- health ---------------------------------------------------------------------------------
 
 
-@router.get(
-    "/health",
+@health_router.get(
+    "",
     response={200: HealthListOut, **errors(*AUTH_ERRORS)},
     auth=READ,
     operation_id="list_health",
 )
 def list_health(request: HttpRequest) -> dict[str, Any]:
-    """Memory safety and repair backlog (DOMAIN.md 9.4) for every agent in the ledger."""
+    """Memory safety and repair backlog (docs/UPSTREAM.md#health) for every agent in the ledger."""
     return {"items": health.health_by_agent()}
 
 
-@router.get(
-    "/health/{agent_id}",
+@health_router.get(
+    "/{agent_id}",
     response={200: HealthOut, **errors(*AUTH_ERRORS, 422)},
     auth=READ,
     operation_id="get_health",
@@ -323,7 +327,7 @@ def get_health(request: HttpRequest, agent_id: str) -> dict[str, Any]:
 
 
 @session_receipts_router.post(
-    "/sessions/{sessionkey:key}/checkpoints",
+    "/{sessionkey:key}/checkpoints",
     response={200: ReceiptOut, 202: TaskOut, **errors(*WRITE_ERRORS, 503)},
     auth=OPERATE,
     operation_id="create_checkpoint",
@@ -349,9 +353,7 @@ def create_checkpoint(
                 ),
             )
         started = now_ms()
-        task_id = services.enqueue_checkpoint(
-            session_key=key, actor=_actor(caller), turn_id=turn_id
-        )
+        task_id = services.queue_checkpoint(session_key=key, actor=_actor(caller), turn_id=turn_id)
         url = _receipts_url(
             session_key=canonicalize_session_key(key), scope="checkpoint", updated_from=started
         )
@@ -361,7 +363,7 @@ def create_checkpoint(
 
 
 @session_receipts_router.post(
-    "/sessions/{sessionkey:key}/flush",
+    "/{sessionkey:key}/flush",
     response={200: FlushOut, 202: TaskOut, **errors(*WRITE_ERRORS)},
     auth=OPERATE,
     operation_id="flush_session",
@@ -375,7 +377,7 @@ def flush_session(request: HttpRequest, key: str, wait: bool = False) -> Status[
         started = now_ms()
         canonical = canonicalize_session_key(key)
         if not wait:
-            task_id = services.enqueue_flush(session_key=key, actor=_actor(caller))
+            task_id = services.queue_flush(session_key=key, actor=_actor(caller))
             url = _receipts_url(session_key=canonical, updated_from=started)
             return Status(202, TaskOut(task_id=task_id, status_url=url))
         outcome, written = services.flush_now(session_key=key, actor=_actor(caller))
@@ -394,13 +396,13 @@ def flush_session(request: HttpRequest, key: str, wait: bool = False) -> Status[
 
 
 @session_receipts_router.get(
-    "/sessions/{sessionkey:key}/coverage",
+    "/{sessionkey:key}/coverage",
     response={200: CoverageOut, **errors(*READ_ERRORS)},
     auth=READ,
     operation_id="get_session_coverage",
 )
 def get_session_coverage(request: HttpRequest, key: str) -> dict[str, Any]:
-    """Whether a saved checkpoint covers the live transcript exactly (DOMAIN.md 10)."""
+    """Whether a saved checkpoint covers the live transcript exactly (docs/UPSTREAM.md#what-gates-destructive-operations)."""
     session = get_session_or_404(key)
     receipt, entry_count = current_checkpoint_coverage(session)
     return {

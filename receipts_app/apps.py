@@ -8,7 +8,7 @@ class ReceiptsAppConfig(AppConfig):
 
     def ready(self) -> None:
         # sessions_app must not import receipts_app, yet deleting a session must purge every
-        # receipt of its key in the same transaction (DOMAIN.md 3.9). receipts_app therefore
+        # receipt of its key in the same transaction (docs/UPSTREAM.md#cascades). receipts_app therefore
         # registers its purge with the session service explicitly, once, at start-up.
         from sessions_app import services as session_services
 

@@ -6,7 +6,7 @@ The flush package is Django-free; this module gives it the product's pieces:
 - the archive workspace (``OPENSQUILLA_MEMORY_WORKSPACE``, ``{agent}`` substituted, else the
   checkpoint workspace, else none: the flush then ends ``archive_failed`` and says so);
 - the session-identity and checkpoint-exists resolvers, and the durable receipt writer
-  (DOMAIN.md 6.7), which upserts fenced on the generation captured when the flush began.
+  (docs/UPSTREAM.md#receipt-writer), which upserts fenced on the generation captured when the flush began.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from opensquilla_site.exceptions import GenerationChanged
 from sessions_app import services as session_services
 from sessions_app.keys import canonicalize_session_key, normalize_agent_id
 from sessions_app.models import TranscriptEntry
@@ -29,6 +30,7 @@ from .flush import FlushReceipt, Message, SessionFlushService
 from .flush.memory_save import MemorySaveHandler, MemorySaveToolRegistry
 from .flush.providers import select_flush_provider
 from .models import MemoryDurableReceipt
+from .statuses import CHECKPOINT_SAVED
 
 logger = logging.getLogger(__name__)
 
@@ -38,18 +40,27 @@ FLUSH_RECEIPT_KEY_PREFIX = "flush-receipt"
 # --- workspaces ----------------------------------------------------------------------------
 
 
+def memory_workspace_template() -> str | None:
+    """The configured memory workspace, ``~`` expanded; it may contain ``{agent}``.
+
+    ``OPENSQUILLA_MEMORY_WORKSPACE``, else the checkpoint workspace, else none.
+    """
+    template = getattr(settings, "OPENSQUILLA_MEMORY_WORKSPACE", None) or getattr(
+        settings, "OPENSQUILLA_CHECKPOINT_WORKSPACE", None
+    )
+    return str(Path(str(template)).expanduser()) if template else None
+
+
 def memory_workspace_for_agent(agent_id: str | None) -> Path | None:
     """The agent's memory workspace: where raw-fallback archives and memory notes live.
 
     ``OPENSQUILLA_MEMORY_WORKSPACE`` may contain ``{agent}`` (the normalised agent id). When
     it is unset the checkpoint workspace is shared; when both are unset there is none.
     """
-    template = getattr(settings, "OPENSQUILLA_MEMORY_WORKSPACE", None) or getattr(
-        settings, "OPENSQUILLA_CHECKPOINT_WORKSPACE", None
-    )
+    template = memory_workspace_template()
     if not template:
         return None
-    return Path(str(template).replace("{agent}", normalize_agent_id(agent_id))).expanduser()
+    return Path(template.replace("{agent}", normalize_agent_id(agent_id)))
 
 
 def archive_workspace_resolver(agent_id: str) -> Path | None:
@@ -89,7 +100,7 @@ def _checkpoint_exists(session_key: str, session_id: str | None) -> bool:
         session_key=session_key,
         session_id=session_id,
         scope="checkpoint",
-        status="checkpoint_saved",
+        status=CHECKPOINT_SAVED,
         limit=1,
     )
     return bool(rows)
@@ -107,7 +118,7 @@ async def checkpoint_exists_resolver(session_key: str, session_id: str | None) -
 
 
 def _text_or_none(value: Any) -> str | None:
-    # Empty strings are stored as NULL for every optional column (DOMAIN.md 6.7).
+    # Empty strings are stored as NULL for every optional column (docs/UPSTREAM.md#receipt-writer).
     return str(value) if value else None
 
 
@@ -219,7 +230,7 @@ def write_durable_flush_receipt(receipt: Any, **row: Any) -> MemoryDurableReceip
             ),
             expected_session_id=captured,
         )
-    except KeyError as exc:
+    except GenerationChanged as exc:
         logger.warning(
             "session_flush.receipt_write_fenced key=%s status=%s: %s",
             session_key,

@@ -1,100 +1,187 @@
-"""Memory health derived from the ledger (DOMAIN.md 9.4), per agent.
+"""Memory health derived from the ledger (docs/UPSTREAM.md#health), per agent: upstream's
+two signals and one of ours.
 
-Upstream's two signals are kept exactly, with one change this product exists for: rows an
-operator resolved (``checkpoint_recovered``, ``checkpoint_superseded``, ``acknowledged``)
-never make memory safety "error", even when their reason still mentions a hash mismatch.
-A ``checkpoint_requeued`` row is not resolved yet and still counts as a checkpoint failure.
+Every count comes with the filter (``ReceiptFilter.to_params()``) that lists exactly the rows
+counted, and is counted through that filter (``selectors.filter_receipts``), so a count and
+the link a page builds from its filter cannot disagree.
+
+- ``memorySafety``: "error" while content is not safe anywhere: rows in
+  ``MEMORY_SAFETY_ERROR_STATUSES`` (a requeued checkpoint stays one until the worker recovers
+  it). Unlike upstream, such a row does not age out of a 1000-row window: it stays at risk
+  until it is recovered, superseded or acknowledged. Upstream's text heuristic (a hash
+  mismatch named in a row's status or reason) is kept over the 1000 most recent rows, as
+  upstream bounds it; rows an operator resolved never count (docs/STATUSES.md).
+- ``semanticMemory``: the repair backlog (``REPAIR_QUEUE_STATUSES``, due or not); the status
+  rule is upstream's.
+- ``terminalRepairs``: repairs whose automatic budget is spent (``repair_failed``,
+  ``repair_abandoned``). Upstream's health counts them nowhere; they wait for an operator.
+
+Counts are exact (one grouped query serves every agent of ``health_by_agent``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Count, Min, QuerySet
 
 from opensquilla_site import timeutil
 from sessions_app.keys import agent_prefix
 
 from .ledger import literal_prefix
 from .models import MemoryDurableReceipt
-from .statuses import MEMORY_SAFETY_ERROR_STATUSES as SAFETY_ERROR_STATUSES
-from .statuses import REPAIR_QUEUE_STATUSES, RESOLVED_STATUSES
+from .selectors import ReceiptFilter, filter_receipts
+from .statuses import (
+    MEMORY_SAFETY_ERROR_STATUSES,
+    REPAIR_QUEUE_STATUSES,
+    RESOLVED_STATUSES,
+    TERMINAL_REPAIR_STATUSES,
+)
 
 SAMPLE_LIMIT = 1000
+SAMPLE_IDS = 5
 BACKLOG_WARNING_COUNT = 10
 BACKLOG_WARNING_AGE_MS = 24 * 60 * 60 * 1000
+# Rows the hash-mismatch heuristic names at most (their ids are the finding's filter).
+HASH_MISMATCH_ID_LIMIT = 100
+_HASH_MISMATCH_MARKERS = ("hash_mismatch", "hash mismatch")
 
 
-def _scoped(agent_id: str | None) -> QuerySet[MemoryDurableReceipt]:
-    qs: QuerySet[MemoryDurableReceipt] = MemoryDurableReceipt.objects.all()
+def _filter(agent_id: str | None, statuses: tuple[str, ...]) -> ReceiptFilter:
+    return ReceiptFilter(agent=agent_id or None, statuses=statuses)
+
+
+_COUNTED = MEMORY_SAFETY_ERROR_STATUSES + REPAIR_QUEUE_STATUSES + TERMINAL_REPAIR_STATUSES
+
+
+class _Counts:
+    """The counts health reports, for one agent or for every agent at once (two queries).
+
+    Counted through ``filter_receipts`` with the same filters the findings return, grouped by
+    agent only when all agents are read together (``agent`` is the ``agent_id`` column, which
+    is exactly what the filter's ``agent`` parameter selects).
+    """
+
+    def __init__(self, agent_id: str | None, *, by_agent: bool = False) -> None:
+        base = filter_receipts(_filter(agent_id, _COUNTED)).order_by()
+        group = ("agent_id", "status") if by_agent else ("status",)
+        self._counts: dict[tuple[str, ...], int] = {}
+        for *key, n in base.values_list(*group).annotate(n=Count("id")).values_list(*group, "n"):
+            self._counts[tuple(key)] = n
+        queue = filter_receipts(_filter(agent_id, REPAIR_QUEUE_STATUSES)).order_by()
+        if by_agent:
+            oldest = queue.values_list("agent_id").annotate(m=Min("created_at"))
+            self._oldest = {agent: m for agent, m in oldest.values_list("agent_id", "m")}
+        else:
+            self._oldest = {"": queue.aggregate(m=Min("created_at"))["m"]}
+        self._by_agent = by_agent
+
+    def by_status(self, agent_id: str | None, statuses: tuple[str, ...]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for status in statuses:
+            key = (agent_id or "", status) if self._by_agent else (status,)
+            if self._counts.get(key):
+                out[status] = self._counts[key]
+        return out
+
+    def oldest_queued(self, agent_id: str | None) -> int | None:
+        return self._oldest.get((agent_id or "") if self._by_agent else "")
+
+
+def _window(agent_id: str | None) -> tuple[int, list[str]]:
+    """Upstream's heuristic over the agent's 1000 most recent rows (under its literal key
+    prefix, as upstream reads them): ``(rows checked, ids newest first)`` of rows whose status
+    or reason names a hash mismatch, resolved rows and the error statuses excluded."""
+    recent: QuerySet[MemoryDurableReceipt] = MemoryDurableReceipt.objects.all()
     if agent_id:
-        qs = literal_prefix(qs, "session_key", agent_prefix(agent_id))
-    return qs
-
-
-def _is_safety_error(status: str, reason: str | None) -> bool:
-    if status in RESOLVED_STATUSES:
-        return False
-    if status in SAFETY_ERROR_STATUSES:
-        return True
-    text = f"{status} {reason or ''}".lower()
-    return "hash_mismatch" in text or "hash mismatch" in text
-
-
-def memory_safety(agent_id: str | None = None) -> dict[str, Any]:
-    recent = list(
-        _scoped(agent_id)
-        .order_by("-created_at", "-id")
-        .values_list("receipt_id", "status", "reason")[:SAMPLE_LIMIT]
+        recent = literal_prefix(recent, "session_key", agent_prefix(agent_id))
+    rows = list(
+        recent.order_by("-created_at", "-id").values_list("receipt_id", "status", "reason")[
+            :SAMPLE_LIMIT
+        ]
     )
-    failing = [(rid, status) for rid, status, reason in recent if _is_safety_error(status, reason)]
-    by_status: dict[str, int] = {}
-    for _rid, status in failing:
-        by_status[status] = by_status.get(status, 0) + 1
+    named = [
+        rid
+        for rid, status, reason in rows
+        if status not in RESOLVED_STATUSES
+        and status not in MEMORY_SAFETY_ERROR_STATUSES
+        and any(m in f"{status} {reason or ''}".lower() for m in _HASH_MISMATCH_MARKERS)
+    ]
+    return len(rows), named[:HASH_MISMATCH_ID_LIMIT]
+
+
+def _memory_safety(agent_id: str | None, counts: _Counts) -> dict[str, Any]:
+    at_risk = _filter(agent_id, MEMORY_SAFETY_ERROR_STATUSES)
+    by_status = counts.by_status(agent_id, MEMORY_SAFETY_ERROR_STATUSES)
+    count = sum(by_status.values())
+    samples = (
+        list(filter_receipts(at_risk).values_list("receipt_id", flat=True)[:SAMPLE_IDS])
+        if count
+        else []
+    )
+    checked, mismatched = _window(agent_id)
     return {
-        "status": "error" if failing else "ok",
-        "errorCount": len(failing),
+        "status": "error" if count or mismatched else "ok",
+        "errorCount": count,
         "errorStatuses": by_status,
-        "sampleReceiptIds": [rid for rid, _ in failing[:5]],
-        "rowsChecked": len(recent),
+        "sampleReceiptIds": (samples + mismatched)[:SAMPLE_IDS],
+        "rowsChecked": checked,
+        "filter": at_risk.to_params(),
+        # Exactly the rows named, by id: no filter parameter expresses the text heuristic.
+        "hashMismatchCount": len(mismatched),
+        "hashMismatchFilter": ReceiptFilter(receipt_ids=tuple(mismatched)).to_params()
+        if mismatched
+        else None,
     }
 
 
-def semantic_memory(agent_id: str | None = None, *, now_ms: int | None = None) -> dict[str, Any]:
-    now = now_ms if now_ms is not None else timeutil.now_ms()
-    # Upstream lists the queue (due or not) capped at 1000 and takes the oldest of those.
-    created = list(
-        _scoped(agent_id)
-        .filter(status__in=REPAIR_QUEUE_STATUSES)
-        .order_by("created_at", "id")
-        .values_list("created_at", flat=True)[:SAMPLE_LIMIT]
-    )
-    count = len(created)
-    oldest = min(created) if created else None
+def _semantic_memory(agent_id: str | None, counts: _Counts, now: int) -> dict[str, Any]:
+    count = sum(counts.by_status(agent_id, REPAIR_QUEUE_STATUSES).values())
+    oldest = counts.oldest_queued(agent_id)
     if count == 0:
         status = "healthy"
     elif count > BACKLOG_WARNING_COUNT or oldest is None or now - oldest > BACKLOG_WARNING_AGE_MS:
         status = "warning"
     else:
         status = "degraded"
-    return {"status": status, "repairBacklogCount": count, "oldestRepairCreatedAt": oldest}
-
-
-def memory_health(agent_id: str | None = None) -> dict[str, Any]:
-    """``{"agentId", "memorySafety": {...}, "semanticMemory": {...}}``; None means every agent."""
     return {
-        "agentId": agent_id,
-        "memorySafety": memory_safety(agent_id),
-        "semanticMemory": semantic_memory(agent_id),
+        "status": status,
+        "repairBacklogCount": count,
+        "oldestRepairCreatedAt": oldest,
+        "filter": _filter(agent_id, REPAIR_QUEUE_STATUSES).to_params(),
     }
 
 
-def health_by_agent() -> list[dict[str, Any]]:
+def _terminal_repairs(agent_id: str | None, counts: _Counts) -> dict[str, Any]:
+    return {
+        "count": sum(counts.by_status(agent_id, TERMINAL_REPAIR_STATUSES).values()),
+        "filter": _filter(agent_id, TERMINAL_REPAIR_STATUSES).to_params(),
+    }
+
+
+def _health(agent_id: str | None, counts: _Counts, now: int) -> dict[str, Any]:
+    return {
+        "agentId": agent_id,
+        "memorySafety": _memory_safety(agent_id, counts),
+        "semanticMemory": _semantic_memory(agent_id, counts, now),
+        "terminalRepairs": _terminal_repairs(agent_id, counts),
+    }
+
+
+def memory_health(agent_id: str | None = None, *, now_ms: int | None = None) -> dict[str, Any]:
+    """``{"agentId", "memorySafety", "semanticMemory", "terminalRepairs"}``; None: every agent."""
+    now = now_ms if now_ms is not None else timeutil.now_ms()
+    return _health(agent_id, _Counts(agent_id), now)
+
+
+def health_by_agent(*, now_ms: int | None = None) -> list[dict[str, Any]]:
     """Health for every agent that has rows in the ledger, sorted by agent id."""
+    now = now_ms if now_ms is not None else timeutil.now_ms()
     agents = (
         MemoryDurableReceipt.objects.exclude(agent_id="")
         .order_by("agent_id")
         .values_list("agent_id", flat=True)
         .distinct()
     )
-    return [memory_health(agent) for agent in agents]
+    counts = _Counts(None, by_agent=True)
+    return [_health(agent, counts, now) for agent in agents]

@@ -1,7 +1,7 @@
 """The durable receipt ledger, its audit timeline and requeue plans.
 
 ``MemoryDurableReceipt`` carries every column of OpenSquilla's ``memory_durable_receipts``
-(DOMAIN.md 1.1). ``status`` and ``scope`` stay free text on purpose: upstream stores arbitrary
+(docs/UPSTREAM.md#columns). ``status`` and ``scope`` stay free text on purpose: upstream stores arbitrary
 values and an import must not reject them.
 """
 

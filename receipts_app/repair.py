@@ -1,4 +1,4 @@
-"""The repair worker: re-distil raw-fallback archives into memory (DOMAIN.md 8 and 2.4).
+"""The repair worker: re-distil raw-fallback archives into memory (docs/UPSTREAM.md#repair).
 
 One tick: return stale claims to the queue, import unreferenced archives as legacy rows,
 then claim due rows one at a time, run the flush over the archive, and record the outcome
@@ -17,10 +17,12 @@ Deliberate differences from upstream (see docs/WORKERS.md):
 from __future__ import annotations
 
 import contextvars
+import glob
 import hashlib
 import json
 import logging
 import os
+import re
 import tempfile
 import uuid
 from collections import Counter
@@ -32,7 +34,9 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 
 from opensquilla_site.timeutil import now_ms as wall_clock_ms
+from sessions_app.compactions import CompactionSource
 from sessions_app.keys import agent_prefix, normalize_agent_id
+from sessions_app.models import Session
 
 from . import audit, ledger
 from .flush import (
@@ -41,9 +45,19 @@ from .flush import (
     parse_raw_fallback_entries,
 )
 from .flush.archive import raw_fallback_header_reason
-from .flush_runtime import build_flush_service, memory_workspace_for_agent
+from .flush_runtime import (
+    build_flush_service,
+    memory_workspace_for_agent,
+    memory_workspace_template,
+)
 from .models import MemoryDurableReceipt
-from .statuses import REPAIR_ABANDONED, REPAIR_DONE, REPAIR_PENDING, REPAIR_RUNNING
+from .statuses import (
+    REPAIR_ABANDONED,
+    REPAIR_DONE,
+    REPAIR_PENDING,
+    REPAIR_QUEUE_STATUSES,
+    REPAIR_RUNNING,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -248,6 +262,11 @@ def reuse_source_archive(workspace: Path, **kwargs: Any) -> dict[str, Any]:
     return {"relative_path": path, "content_hash": digest, "byte_count": size}
 
 
+def maintenance_turn_id() -> str:
+    """The turn id of a repair flush (upstream 0.5: ``maintenance_<hex>``, docs/UPSTREAM.md)."""
+    return f"maintenance_{uuid.uuid4().hex}"
+
+
 def build_repair_flush_service() -> SessionFlushService:
     return build_flush_service(archive_writer=reuse_source_archive)
 
@@ -261,7 +280,7 @@ def repair_raw_fallback_source(
 ) -> dict[str, Any]:
     """Flush one archive again; ``status`` is ``repaired`` or ``failed_retryable``.
 
-    ``repaired`` requires a strictly safe LLM write (DOMAIN.md 6.5): a no-op or a degraded
+    ``repaired`` requires a strictly safe LLM write (docs/UPSTREAM.md#flush-outcomes-and-ledger-rows): a no-op or a degraded
     flush counts as a failure, so an archive with nothing memorable is retried until it is
     abandoned, as upstream.
     """
@@ -283,14 +302,16 @@ def repair_raw_fallback_source(
     digest = hashlib.sha256(content.encode("utf-8")).hexdigest()
     token = _source_archive.set((rel, hashlib.sha256(data).hexdigest(), len(data)))
     try:
+        # agent_id by keyword: upstream's flush-service protocol (any execute(transcript,
+        # session_key, **kwargs) works).
         receipt = async_to_sync(flush_service.execute)(
             entries,
             f"raw-fallback:{digest[:16]}",
-            agent_id,
+            agent_id=agent_id,
             message_window=0,
             segment_mode="auto",
             raw_capture_policy="off",
-            turn_id=f"maintenance_{uuid.uuid4().hex}",
+            turn_id=maintenance_turn_id(),
         )
     except Exception as exc:
         logger.warning("memory_repair.flush_failed path=%s: %s", rel, exc)
@@ -328,7 +349,7 @@ def repair_durable_receipt_source(
         return {**base, "status": "skipped", "reason": "unsupported_repair_source"}
     claimed = ledger.claim_memory_repair_receipt(
         row.receipt_id,
-        eligible_statuses=ledger.REPAIR_QUEUE_STATUSES,
+        eligible_statuses=REPAIR_QUEUE_STATUSES,
         claimed_status=REPAIR_RUNNING,
         now_ms=now,
     )
@@ -422,6 +443,157 @@ def import_legacy_raw_fallback_receipts(agent_id: str, memory_root: Path | None)
     return imported
 
 
+# --- compaction summaries (upstream's summary branches) ------------------------------------
+
+# A run with any of these params repairs only the selected summaries (upstream's branch 1).
+COMPACTION_SELECTORS = ("summaryId", "sessionKey", "compactionId")
+# The tick's scan takes summaries no repair has tried yet; failed ones are retried on request.
+TICK_COMPACTION_STATUSES = frozenset({"degraded_forensic"})
+
+
+def compaction_source() -> Any:
+    """Where degraded compaction summaries come from (a seam: upstream's session manager)."""
+    return CompactionSource()
+
+
+def summary_to_wire(summary: Any) -> dict[str, Any]:
+    return {
+        "sourceType": "compaction_preimage",
+        "summaryId": getattr(summary, "id", None),
+        "sessionId": getattr(summary, "session_id", None),
+        "sessionKey": getattr(summary, "session_key", None),
+        "compactionId": getattr(summary, "compaction_id", None),
+        "triggerReason": getattr(summary, "trigger_reason", None),
+        "flushReceiptStatus": getattr(summary, "flush_receipt_status", "unknown"),
+        "removedCount": getattr(summary, "removed_count", None),
+        "coveredThroughId": getattr(summary, "covered_through_id", None),
+        "createdAt": getattr(summary, "created_at", None),
+    }
+
+
+def preimage_metadata(entries: list[Any]) -> dict[str, Any]:
+    """Which entries the repair read: the id range and a hash over id, message id, role, text."""
+    digest = hashlib.sha256()
+    ids: list[int] = []
+    for entry in entries:
+        entry_id = getattr(entry, "id", None)
+        try:
+            if entry_id is not None:
+                ids.append(int(entry_id))
+        except (TypeError, ValueError):
+            pass
+        material = "\n".join(
+            (
+                str(entry_id or ""),
+                str(getattr(entry, "message_id", "") or ""),
+                str(getattr(entry, "role", "") or ""),
+                str(getattr(entry, "content", "") or ""),
+            )
+        )
+        digest.update(material.encode("utf-8", errors="replace"))
+        digest.update(b"\n---\n")
+    return {
+        "entryIdRange": [min(ids), max(ids)] if ids else None,
+        "preimageHash": digest.hexdigest() if entries else None,
+        "rangePolicy": "archived_full_removed_entries",
+    }
+
+
+def summary_matches(summary: Any, params: Mapping[str, Any]) -> bool:
+    for param, attribute in (
+        ("summaryId", "id"),
+        ("sessionKey", "session_key"),
+        ("compactionId", "compaction_id"),
+    ):
+        wanted = params.get(param)
+        if wanted is not None and str(getattr(summary, attribute, "")) != str(wanted):
+            return False
+    return True
+
+
+def list_compaction_repair_sources(
+    source: Any,
+    *,
+    agent_id: str,
+    params: Mapping[str, Any],
+    limit: int,
+    scan_limit: int,
+) -> list[Any]:
+    """Degraded summaries to repair: the selected ones, or (tick) those never repaired."""
+    selected = any(key in params for key in COMPACTION_SELECTORS)
+    rows = source.list_degraded_compactions(
+        agent_id=agent_id, limit=scan_limit if selected else limit
+    )
+    if selected:
+        rows = [row for row in rows if summary_matches(row, params)]
+    else:
+        rows = [
+            row
+            for row in rows
+            if getattr(row, "flush_receipt_status", None) in TICK_COMPACTION_STATUSES
+        ]
+    return list(rows)[:limit]
+
+
+def repair_compaction_source(
+    summary: Any, *, source: Any, flush_service: Any, agent_id: str
+) -> dict[str, Any]:
+    """Flush a compaction's pre-image again and record ``repaired`` / ``failed_retryable``.
+
+    The outcome is written on the summary's ``flush_receipt_status``, as upstream. Like the
+    raw-fallback branch, ``repaired`` needs a strictly safe LLM write.
+    """
+    base = summary_to_wire(summary)
+    entries = list(source.get_compaction_preimage(summary))
+    metadata = preimage_metadata(entries)
+    if not entries:
+        source.mark_compaction_repair_status(summary, "failed_retryable")
+        return {**base, **metadata, "status": "failed_retryable", "reason": "missing_preimage"}
+    try:
+        receipt = async_to_sync(flush_service.execute)(
+            entries,
+            str(getattr(summary, "session_key", "")),
+            agent_id=agent_id,
+            message_window=0,
+            segment_mode="auto",
+            raw_capture_policy="off",
+            turn_id=maintenance_turn_id(),
+        )
+    except Exception as exc:
+        logger.warning("memory_repair.compaction_flush_failed summary=%s: %s", base, exc)
+        source.mark_compaction_repair_status(summary, "failed_retryable")
+        return {**base, **metadata, "status": "failed_retryable", "reason": type(exc).__name__}
+    status = (
+        "repaired" if flush_receipt_allows_destructive_compaction(receipt) else "failed_retryable"
+    )
+    source.mark_compaction_repair_status(summary, status)
+    return {**base, **metadata, "status": status, "receipt": receipt.to_dict()}
+
+
+def _repair_compactions(
+    agent: str,
+    *,
+    params: Mapping[str, Any],
+    limit: int,
+    scan_limit: int,
+    flush_service: Any,
+) -> list[dict[str, Any]]:
+    source = compaction_source()
+    summaries = list_compaction_repair_sources(
+        source, agent_id=agent, params=params, limit=limit, scan_limit=scan_limit
+    )
+    results: list[dict[str, Any]] = []
+    for summary in summaries:
+        if flush_service is None:
+            flush_service = build_repair_flush_service()
+        results.append(
+            repair_compaction_source(
+                summary, source=source, flush_service=flush_service, agent_id=agent
+            )
+        )
+    return results
+
+
 # --- ticks ----------------------------------------------------------------------------------
 
 
@@ -435,25 +607,47 @@ def run_memory_repair_once(
     flush_service: SessionFlushService | None = None,
     recover_stale: bool = True,
     import_legacy: bool = True,
+    params: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """One agent's pass over the due queue; returns up to ``limit`` results.
+    """One agent's pass: degraded compaction summaries, then the due queue (``limit`` in all).
 
-    ``path`` (validated as ``memory/.raw_fallbacks/*.md``; ``ValueError`` otherwise) limits
-    the pass to rows of that archive. Rows another worker claimed first are left out.
+    ``params`` with ``summaryId``, ``sessionKey`` or ``compactionId`` repairs only the
+    matching degraded summaries and nothing else (upstream's selector). ``path`` (validated
+    as ``memory/.raw_fallbacks/*.md``; ``ValueError`` otherwise) limits the pass to rows of
+    that archive and skips summaries. Rows another worker claimed first are left out.
     """
     agent = normalize_agent_id(agent_id)
+    params = params or {}
     selected_path = raw_fallback_rel_path(path) if path is not None else None
     root = memory_workspace_for_agent(agent)
     with audit.acting_as(audit.WORKER):
+        if any(key in params for key in COMPACTION_SELECTORS):
+            return _repair_compactions(
+                agent,
+                params=params,
+                limit=limit,
+                scan_limit=scan_limit,
+                flush_service=flush_service,
+            )
+        summary_results: list[dict[str, Any]] = []
+        if selected_path is None and limit > 0:
+            summary_results = _repair_compactions(
+                agent,
+                params=params,
+                limit=limit,
+                scan_limit=scan_limit,
+                flush_service=flush_service,
+            )
+            limit -= len(summary_results)
         if import_legacy and root is not None:
             import_legacy_raw_fallback_receipts(agent, root)
         if recover_stale:
             recover_stale_repair_claims(now_ms)
         now = wall_clock_ms() if now_ms is None else now_ms
         if limit <= 0:
-            return []
+            return summary_results
         rows = ledger.list_memory_repair_receipts(
-            statuses=ledger.REPAIR_QUEUE_STATUSES,
+            statuses=REPAIR_QUEUE_STATUSES,
             limit=scan_limit,
             due_before_ms=now,
             path=selected_path,
@@ -481,24 +675,63 @@ def run_memory_repair_once(
             if result.get("reason") == "repair_already_claimed":
                 continue
             results.append(result)
-        return results
+        return summary_results + results
+
+
+def configured_agent_ids() -> list[str]:
+    """``OPENSQUILLA_AGENTS`` (a list, or comma-separated text), normalised (``op%`` -> ``op``)."""
+    value = getattr(settings, "OPENSQUILLA_AGENTS", None) or []
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return [normalize_agent_id(item) for item in items if str(item).strip()]
+
+
+def workspace_agent_ids() -> list[str]:
+    """Agents whose ``{agent}`` memory workspace exists and holds a raw-fallback directory.
+
+    Only when ``OPENSQUILLA_MEMORY_WORKSPACE`` contains ``{agent}``: the directory names
+    that fill the placeholder are the agents. Names that do not normalise to themselves
+    are left out, because the worker would look in the normalised agent's directory.
+    """
+    template = memory_workspace_template()
+    if not template or "{agent}" not in template:
+        return []
+    before, _, after = template.partition("{agent}")
+    pattern = re.compile(re.escape(before) + r"([^/\\]+)" + re.escape(after))
+    found = set()
+    for match in glob.glob(glob.escape(before) + "*" + glob.escape(after)):
+        parsed = pattern.fullmatch(match)
+        if parsed is None or not (Path(match) / RAW_FALLBACK_DIR).is_dir():
+            continue
+        agent = parsed.group(1)
+        if normalize_agent_id(agent) == agent:
+            found.add(agent)
+    return sorted(found)
 
 
 def repair_agent_ids() -> list[str]:
-    """Agents with rows in the repair queue, plus ``main`` (legacy archives live there)."""
+    """Every agent the tick scans (docs/WORKERS.md, "Which agents the tick scans").
+
+    ``main``; the configured agents (``OPENSQUILLA_AGENTS``); agents of known sessions;
+    agents with rows in the repair queue; and agents whose ``{agent}`` memory workspace has a
+    raw-fallback directory, so a legacy archive is found even for an agent the database
+    has never seen.
+    """
+    agents = {"main", *configured_agent_ids(), *workspace_agent_ids()}
+    sessions = Session.objects.values_list("agent_id", flat=True).distinct()
     queued = (
-        MemoryDurableReceipt.objects.filter(status__in=ledger.REPAIR_QUEUE_STATUSES)
+        MemoryDurableReceipt.objects.filter(status__in=REPAIR_QUEUE_STATUSES)
         .exclude(agent_id="")
         .values_list("agent_id", flat=True)
         .distinct()
     )
-    agents = {normalize_agent_id(a) for a in queued}
-    agents.add("main")
+    agents.update(normalize_agent_id(a) for a in [*sessions, *queued] if a)
     return sorted(agents)
 
 
 def _brief(result: Mapping[str, Any]) -> dict[str, Any]:
     return {
+        "sourceType": result.get("sourceType"),
+        "summaryId": result.get("summaryId"),
         "receiptId": result.get("receiptId"),
         "status": result.get("status"),
         "reason": result.get("reason"),
@@ -551,7 +784,7 @@ def repair_one(receipt_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
         except KeyError:
             return {"receiptId": receipt_id, "status": "skipped", "reason": "receipt_missing"}
         now = wall_clock_ms() if now_ms is None else now_ms
-        if row.status not in ledger.REPAIR_QUEUE_STATUSES:
+        if row.status not in REPAIR_QUEUE_STATUSES:
             return {**repair_receipt_to_wire(row), "status": "skipped", "reason": "not_queued"}
         if row.next_retry_at_ms is not None and row.next_retry_at_ms > now:
             return {**repair_receipt_to_wire(row), "status": "skipped", "reason": "not_due"}

@@ -10,6 +10,7 @@ from pydantic import (
     Field,
     ModelWrapValidatorHandler,
     ValidationInfo,
+    create_model,
     model_validator,
 )
 
@@ -27,11 +28,11 @@ from opensquilla_site.schemas import (
 
 from .ledger import LEDGER_FIELDS
 from .models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
-from .selectors import ReceiptFilter
+from .selectors import RECEIPT_FILTER_FIELDS, ReceiptFilter
 
 MAX_BULK_ROWS = 1000
 
-# Every ledger column (DOMAIN.md 1.1) plus our derived agent and requeue link, listed by name.
+# Every ledger column (docs/UPSTREAM.md#columns) plus our derived agent and requeue link, listed by name.
 RECEIPT_FIELDS = [*LEDGER_FIELDS, "agent_id", "resolved_by_receipt_id"]
 
 NOT_NULL_COLUMNS = (
@@ -58,26 +59,25 @@ class ReceiptPageOut(Schema):
     next_cursor: str | None
 
 
-class ReceiptFilterSchema(FilterSchema):
+# The API's filter parameters, generated from the one list the CLI flags come from too.
+_FILTER_TYPES: dict[str, Any] = {
+    "many": list[FilterText] | None,
+    "text": FilterText | None,
+    "time": FilterText | None,  # epoch ms or ISO 8601: ReceiptFilter.from_params parses it
+    "count": EpochMs | None,
+    "flag": bool | None,
+}
+_FILTER_FIELDS: dict[str, Any] = {
+    f.param: (_FILTER_TYPES[f.kind], Field(None, description=f.help)) for f in RECEIPT_FILTER_FIELDS
+}
+_ReceiptFilterFields: Any = create_model(
+    "_ReceiptFilterFields", __base__=FilterSchema, **_FILTER_FIELDS
+)
+
+
+class ReceiptFilterSchema(_ReceiptFilterFields):
     """Every ledger filter, for the OpenAPI docs. Parsing is ``ReceiptFilter.from_params``:
     the console, the CLI, requeue plans and this API share that one rule."""
-
-    status: list[FilterText] | None = Field(None, description="repeat or comma-separate")
-    scope: list[FilterText] | None = Field(None, description="repeat or comma-separate")
-    agent: FilterText | None = None
-    session_key: FilterText | None = None
-    session_key_prefix: FilterText | None = None
-    session_id: FilterText | None = None
-    idempotency_key: FilterText | None = None
-    reason: FilterText | None = Field(None, description="case-insensitive substring")
-    created_from: EpochMs | None = None
-    created_to: EpochMs | None = None
-    updated_from: EpochMs | None = None
-    updated_to: EpochMs | None = None
-    attempts_min: EpochMs | None = None
-    attempts_max: EpochMs | None = None
-    due: bool | None = Field(None, description="true: due for repair now; false: not due")
-    receipt_id: list[FilterText] | None = Field(None, description="repeat or comma-separate")
 
     def to_receipt_filter(self) -> ReceiptFilter:
         return ReceiptFilter.from_params(self.model_dump(exclude_none=True))
@@ -103,7 +103,7 @@ class _ReceiptColumns(Schema):
 
 
 class ReceiptIn(_ReceiptColumns):
-    """One receipt to upsert by ``idempotency_key`` (DOMAIN.md 1.1 columns).
+    """One receipt to upsert by ``idempotency_key`` (docs/UPSTREAM.md#columns).
 
     On a conflict the stored row keeps its ``receipt_id`` and ``created_at``; the rest is
     overwritten and ``updated_at`` is stamped now.
@@ -328,22 +328,36 @@ class CheckpointIn(Schema):
 
 class MemorySafetyOut(Schema):
     status: str
-    errorCount: int  # noqa: N815 - upstream's field names (DOMAIN.md 9.4)
+    errorCount: int  # noqa: N815 - upstream's field names (docs/UPSTREAM.md#health)
     errorStatuses: dict[str, int]  # noqa: N815
     sampleReceiptIds: list[str]  # noqa: N815
     rowsChecked: int  # noqa: N815
+    filter: dict[str, Any] = Field(
+        description="receipt filter (list query parameters) selecting exactly the errorCount rows"
+    )
+    hashMismatchCount: int  # noqa: N815
+    hashMismatchFilter: dict[str, Any] | None = Field(  # noqa: N815
+        description="the rows whose status or reason names a hash mismatch, by receipt_id"
+    )
 
 
 class SemanticMemoryOut(Schema):
     status: str
     repairBacklogCount: int  # noqa: N815
     oldestRepairCreatedAt: int | None  # noqa: N815
+    filter: dict[str, Any] = Field(description="the receipt filter listing the backlog")
+
+
+class TerminalRepairsOut(Schema):
+    count: int = Field(description="repair_failed and repair_abandoned rows")
+    filter: dict[str, Any] = Field(description="the receipt filter listing them")
 
 
 class HealthOut(Schema):
     agentId: str | None  # noqa: N815
     memorySafety: MemorySafetyOut  # noqa: N815
     semanticMemory: SemanticMemoryOut  # noqa: N815
+    terminalRepairs: TerminalRepairsOut  # noqa: N815
 
 
 class HealthListOut(Schema):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
 
 from django.db.models import QuerySet
 
@@ -23,9 +24,7 @@ from sessions_app.services import get_transcript
 from .checkpoint import checkpoint_coverage_hash, checkpoint_turn_id
 from .ledger import due_q, list_memory_durable_receipts, literal_prefix
 from .models import MemoryDurableReceipt
-from .statuses import FAILURE_STATUSES as FAILURE_STATUSES
-from .statuses import KNOWN_SCOPES as KNOWN_SCOPES
-from .statuses import KNOWN_STATUSES as KNOWN_STATUSES
+from .statuses import CHECKPOINT_SAVED, KNOWN_STATUSES
 
 COUNT_CAP = 10_000
 _MS_MAX = 10**15  # about year 33658: anything larger is a typo, not a time
@@ -55,6 +54,38 @@ def _as_int(name: str, value: Any, errors: dict[str, str], *, minimum: int = 0) 
     return number
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _as_time(name: str, value: Any, errors: dict[str, str]) -> int | None:
+    """Epoch ms, or an ISO 8601 date/time (UTC when it names no zone), to epoch ms.
+
+    Every surface sends what people type here, so a bad value is refused by name rather
+    than dropped: a filter that silently widened would select (and requeue) too much.
+    """
+    if value is None or str(value).strip() == "":
+        return None
+    text = str(value).strip()
+    if text.lstrip("-").isdigit():
+        return _as_int(name, text, errors)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        errors[name] = (
+            f"{name} must be epoch milliseconds or an ISO 8601 date/time"
+            f" (e.g. 2025-01-31 or 2025-01-31T12:00Z), got {text[:40]!r}"
+        )
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    # Exact integer milliseconds (floor), where float timestamps could round either way.
+    ms = (moment - _EPOCH) // timedelta(milliseconds=1)
+    if ms < 0:
+        errors[name] = f"{name} is before 1970"
+        return None
+    return ms
+
+
 def _as_bool(name: str, value: Any, errors: dict[str, str]) -> bool | None:
     if value is None or value == "":
         return None
@@ -67,6 +98,48 @@ def _as_bool(name: str, value: Any, errors: dict[str, str]) -> bool | None:
         return False
     errors[name] = f"{name} must be true or false"
     return None
+
+
+FilterKind = Literal["many", "text", "time", "count", "flag"]
+
+
+@dataclass(frozen=True)
+class FilterField:
+    """One receipt filter parameter. The API's query schema and the CLI's flags
+    (``--session-key`` for ``session_key``) are generated from ``RECEIPT_FILTER_FIELDS``."""
+
+    param: str
+    kind: FilterKind
+    help: str
+    max_length: int = 1000
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.param.replace("_", "-")
+
+
+_TIME_HELP = "epoch ms or ISO 8601 date/time, UTC when naive"
+RECEIPT_FILTER_FIELDS: tuple[FilterField, ...] = (
+    FilterField("status", "many", "receipt status (repeat or comma-separate)", 64),
+    FilterField(
+        "scope", "many", "checkpoint, preimage, flush or repair (repeat or comma-separate)"
+    ),
+    FilterField("agent", "text", "agent id, e.g. main", 64),
+    FilterField("session_key", "text", "exact session key (canonicalised)", 2000),
+    FilterField("session_key_prefix", "text", "literal session-key prefix", 2000),
+    FilterField("session_id", "text", "session generation id", 200),
+    FilterField("idempotency_key", "text", "exact idempotency key", 4000),
+    FilterField("reason", "text", "case-insensitive text the reason contains", 500),
+    FilterField("created_from", "time", f"created at or after: {_TIME_HELP}"),
+    FilterField("created_to", "time", f"created at or before: {_TIME_HELP}"),
+    FilterField("updated_from", "time", f"updated at or after: {_TIME_HELP}"),
+    FilterField("updated_to", "time", f"updated at or before: {_TIME_HELP}"),
+    FilterField("attempts_min", "count", "minimum attempt_count"),
+    FilterField("attempts_max", "count", "maximum attempt_count"),
+    FilterField("due", "flag", "true: due for the repair worker now; false: waiting"),
+    FilterField("receipt_id", "many", "a receipt id (repeat or comma-separate)"),
+)
+_FIELD = {f.param: f for f in RECEIPT_FILTER_FIELDS}
 
 
 @dataclass(frozen=True)
@@ -88,24 +161,7 @@ class ReceiptFilter:
     due: bool | None = None
     receipt_ids: tuple[str, ...] = field(default=())
 
-    PARAMS = (
-        "status",
-        "scope",
-        "agent",
-        "session_key",
-        "session_key_prefix",
-        "session_id",
-        "idempotency_key",
-        "reason",
-        "created_from",
-        "created_to",
-        "updated_from",
-        "updated_to",
-        "attempts_min",
-        "attempts_max",
-        "due",
-        "receipt_id",
-    )
+    PARAMS = tuple(f.param for f in RECEIPT_FILTER_FIELDS)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> ReceiptFilter:
@@ -124,7 +180,8 @@ class ReceiptFilter:
                 values.extend(_as_list(item))
             return values
 
-        def text(name: str, limit: int = 1000) -> str | None:
+        def text(name: str) -> str | None:
+            limit = _FIELD[name].max_length
             value = params.get(name)
             if value is None or str(value).strip() == "":
                 return None
@@ -139,24 +196,24 @@ class ReceiptFilter:
 
         statuses = tuple(dict.fromkeys(many("status")))
         for status in statuses:
-            if len(status) > 64:
-                errors["status"] = "status is longer than 64 characters"
+            if len(status) > _FIELD["status"].max_length:
+                errors["status"] = f"status is longer than {_FIELD['status'].max_length} characters"
         scopes = tuple(dict.fromkeys(many("scope")))
-        agent = text("agent", 64)
-        session_key = text("session_key", 2000)
+        agent = text("agent")
+        session_key = text("session_key")
         result = cls(
             statuses=statuses,
             scopes=scopes,
             agent=normalize_agent_id(agent) if agent else None,
             session_key=canonicalize_session_key(session_key) if session_key else None,
-            session_key_prefix=text("session_key_prefix", 2000),
-            session_id=text("session_id", 200),
-            idempotency_key=text("idempotency_key", 4000),
-            reason_contains=text("reason", 500),
-            created_from=_as_int("created_from", params.get("created_from"), errors),
-            created_to=_as_int("created_to", params.get("created_to"), errors),
-            updated_from=_as_int("updated_from", params.get("updated_from"), errors),
-            updated_to=_as_int("updated_to", params.get("updated_to"), errors),
+            session_key_prefix=text("session_key_prefix"),
+            session_id=text("session_id"),
+            idempotency_key=text("idempotency_key"),
+            reason_contains=text("reason"),
+            created_from=_as_time("created_from", params.get("created_from"), errors),
+            created_to=_as_time("created_to", params.get("created_to"), errors),
+            updated_from=_as_time("updated_from", params.get("updated_from"), errors),
+            updated_to=_as_time("updated_to", params.get("updated_to"), errors),
             attempts_min=_as_int("attempts_min", params.get("attempts_min"), errors),
             attempts_max=_as_int("attempts_max", params.get("attempts_max"), errors),
             due=_as_bool("due", params.get("due"), errors),
@@ -266,7 +323,7 @@ def status_counts(receipt_filter: ReceiptFilter, cap: int = COUNT_CAP) -> dict[s
 def current_checkpoint_coverage(session: Session) -> tuple[MemoryDurableReceipt | None, int]:
     """The saved checkpoint that covers the live transcript exactly, and the entry count.
 
-    This is upstream's exact coverage lookup (DOMAIN.md 10): same generation, same coverage
+    This is upstream's exact coverage lookup (docs/UPSTREAM.md#what-gates-destructive-operations): same generation, same coverage
     triple, ``checkpoint_saved``. A checkpoint taken before later messages does not count.
     """
     entries = get_transcript(session.session_id)
@@ -276,7 +333,7 @@ def current_checkpoint_coverage(session: Session) -> tuple[MemoryDurableReceipt 
         session_key=session.session_key,
         session_id=session.session_id,
         scope="checkpoint",
-        status="checkpoint_saved",
+        status=CHECKPOINT_SAVED,
         coverage_turn_id=checkpoint_turn_id(entries),
         coverage_hash=checkpoint_coverage_hash(entries),
         coverage_entry_count=len(entries),

@@ -1,9 +1,11 @@
-"""Trigger services: "checkpoint now" and "flush now" (queued or in-process), and the
-checkpoint task's body.
+"""Trigger services: "checkpoint now" and "flush now", queued or in-process, and the body of
+the queued checkpoint.
 
-Surfaces (console, API, CLI) call ``enqueue_checkpoint`` / ``enqueue_flush``; the input is
-checked here, before anything is queued, so a bad request gets a clear error instead of a
-task that fails later. Each trigger leaves an audit event keyed by the session.
+Surfaces (console, API, CLI) call ``queue_checkpoint`` / ``queue_flush`` (checked here, then
+sent through ``enqueue`` after commit) or ``checkpoint_now`` / ``flush_now`` (run in the
+caller's process). The input is checked before anything is queued, so a bad request gets a
+clear error instead of a task that fails later. Each trigger leaves an audit event keyed by
+the session. Requeued checkpoints are the requeue engine's (``requeue.retake``), not these.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 
 from opensquilla_site.exceptions import ApplicationError
@@ -20,11 +21,16 @@ from sessions_app import services as session_services
 from sessions_app.keys import canonicalize_session_key
 from sessions_app.models import Session, TranscriptEntry
 
-from . import audit, checkpoint
+from . import audit, checkpoint, enqueue
 from .audit import Actor
+from .checkpoint.attempt import (
+    attempt_checkpoint,
+    checkpoint_with_deadline,
+    failed_result,
+    recorded_failure,
+    saved_result,
+)
 from .models import MemoryDurableReceipt
-from .requeue import complete_checkpoint_requeue, dispatch
-from .requeue.rules import CHECKPOINT_FAILED, CHECKPOINT_REQUEUED
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +46,7 @@ def _has_transcript(session: Session) -> bool:
     return TranscriptEntry.objects.filter(session_id=session.session_id).exists()
 
 
-def enqueue_checkpoint(*, session_key: str, actor: Actor, turn_id: str | None = None) -> str:
+def queue_checkpoint(*, session_key: str, actor: Actor, turn_id: str | None = None) -> str:
     """Queue a checkpoint of the live transcript; returns the Celery task id.
 
     Raises ``KeyError`` for an unknown session and ``ValueError`` for an empty transcript
@@ -50,14 +56,16 @@ def enqueue_checkpoint(*, session_key: str, actor: Actor, turn_id: str | None = 
     if not _has_transcript(session):
         raise ValueError("checkpoint transcript cannot be empty")
     with transaction.atomic():
-        task_id = dispatch.enqueue_checkpoint(
-            session.session_key, turn_id=turn_id, source=checkpoint.DEFAULT_SOURCE
+        task_id = enqueue.send(
+            enqueue.checkpoint_message(
+                session.session_key, turn_id=turn_id, source=checkpoint.DEFAULT_SOURCE
+            )
         )
         _record_trigger("checkpoint_now", session, actor, task_id, turn_id=turn_id)
     return task_id
 
 
-def enqueue_flush(*, session_key: str, actor: Actor) -> str:
+def queue_flush(*, session_key: str, actor: Actor) -> str:
     """Queue a flush of the live transcript; returns the Celery task id.
 
     Raises ``KeyError`` for an unknown session and ``ValueError`` for an empty transcript.
@@ -66,7 +74,7 @@ def enqueue_flush(*, session_key: str, actor: Actor) -> str:
     if not _has_transcript(session):
         raise ValueError("flush transcript cannot be empty")
     with transaction.atomic():
-        task_id = dispatch.enqueue_flush(session.session_key)
+        task_id = enqueue.send(enqueue.flush_message(session.session_key))
         _record_trigger("flush_now", session, actor, task_id)
     return task_id
 
@@ -95,74 +103,17 @@ def _record_trigger(
     )
 
 
-def perform_checkpoint(
-    *,
-    session_key: str,
-    turn_id: str | None = None,
-    requeue_of: str | None = None,
-    source: str = checkpoint.DEFAULT_SOURCE,
+def take_checkpoint(
+    *, session_key: str, turn_id: str | None = None, source: str = checkpoint.DEFAULT_SOURCE
 ) -> dict[str, Any]:
-    """Take a checkpoint (the ``checkpoint_session`` task's body); never raises for a failure.
-
-    A failed write is already a ``checkpoint_failed`` receipt (the checkpoint service records
-    it), so the failure is returned, not raised: a task must not crash-loop on it. With
-    ``requeue_of`` the requeued row is closed as recovered or failed. A redelivered task finds
-    that row already closed and does nothing.
-    """
-    if requeue_of:
-        row = MemoryDurableReceipt.objects.filter(receipt_id=requeue_of).first()
-        if row is None:
-            return {"receipt_id": None, "status": "not_found", "requeue_of": requeue_of}
-        if row.status != CHECKPOINT_REQUEUED:
-            return {
-                "receipt_id": row.resolved_by_receipt_id or row.receipt_id,
-                "status": row.status,
-                "requeue_of": requeue_of,
-                "skipped": True,
-            }
-        session_key = row.session_key
-        live = session_services.get_session(session_key)
-        if live is None or live.session_id != row.session_id:
-            fence = KeyError(f"Session generation changed: {session_key}")
-            complete_checkpoint_requeue(requeued_receipt_id=requeue_of, saved=None, error=fence)
-            return _failure(session_key, fence, requeue_of)
-    try:
-        with audit.acting_as(audit.WORKER):
-            saved = checkpoint.record_memory_checkpoint(
-                session_key,
-                turn_id=turn_id,
-                source=source,
-                timeout=getattr(settings, "OPENSQUILLA_CHECKPOINT_TIMEOUT", None),
-            )
-    except Exception as exc:  # noqa: BLE001 - recorded as a receipt; the task must not crash
-        logger.warning("checkpoint of %s failed: %s", session_key, exc)
-        if requeue_of:
-            complete_checkpoint_requeue(requeued_receipt_id=requeue_of, saved=None, error=exc)
-        return _failure(session_key, exc, requeue_of)
-    if requeue_of:
-        complete_checkpoint_requeue(requeued_receipt_id=requeue_of, saved=saved, error=None)
-    return {"receipt_id": saved.receipt_id, "status": saved.status, "requeue_of": requeue_of}
-
-
-def _failure(session_key: str, error: BaseException, requeue_of: str | None) -> dict[str, Any]:
-    # The failure receipt (if the checkpoint service could write one) carries the same text.
-    failed = (
-        MemoryDurableReceipt.objects.filter(
-            session_key=canonicalize_session_key(session_key),
-            scope="checkpoint",
-            status=CHECKPOINT_FAILED,
-            reason=str(error),
-        )
-        .order_by("-updated_at", "-id")
-        .values_list("receipt_id", flat=True)
-        .first()
-    )
-    return {
-        "receipt_id": failed,
-        "status": CHECKPOINT_FAILED,
-        "error": f"{type(error).__name__}: {error}",
-        "requeue_of": requeue_of,
-    }
+    """Take a queued checkpoint (the ``checkpoint_session`` task's body); never raises for a
+    failure, which the ledger already holds as a ``checkpoint_failed`` receipt."""
+    with audit.acting_as(audit.WORKER):
+        saved, error = attempt_checkpoint(session_key, turn_id=turn_id, source=source)
+    if saved is None:
+        assert error is not None
+        return failed_result(session_key, error)
+    return saved_result(saved)
 
 
 class CheckpointNotRecorded(ApplicationError):
@@ -186,24 +137,11 @@ def checkpoint_now(
     _record_trigger("checkpoint_now", session, actor, None, turn_id=turn_id, outcome="in_process")
     with audit.acting_as(actor):
         try:
-            return checkpoint.record_memory_checkpoint(
-                session_key,
-                turn_id=turn_id,
-                timeout=getattr(settings, "OPENSQUILLA_CHECKPOINT_TIMEOUT", None),
-            )
+            return checkpoint_with_deadline(session_key, turn_id=turn_id)
         except (KeyError, ValueError):
             raise
         except Exception as exc:  # noqa: BLE001 - the failure is a receipt; return it
-            failed = (
-                MemoryDurableReceipt.objects.filter(
-                    session_key=canonicalize_session_key(session_key),
-                    scope="checkpoint",
-                    status=CHECKPOINT_FAILED,
-                    reason=str(exc),
-                )
-                .order_by("-updated_at", "-id")
-                .first()
-            )
+            failed = recorded_failure(session_key, exc)
             if failed is None:
                 raise CheckpointNotRecorded(
                     f"checkpoint failed and was not recorded: {exc}"

@@ -68,11 +68,12 @@ ACKNOWLEDGEABLE_STATUSES: tuple[str, ...] = FAILURE_STATUSES
 TERMINAL_REPAIR_STATUSES: tuple[str, ...] = (REPAIR_FAILED, REPAIR_ABANDONED)
 # Rows the repair worker claims when due.
 REPAIR_QUEUE_STATUSES: tuple[str, ...] = (REPAIR_PENDING, DISTILL_FAILED, FLUSH_FAILED)
-# Rows with a one-click requeue in the console; the requeue rules still decide the outcome.
+# Rows with a one-click requeue in the console: every status the requeue rules can move (the
+# rules still decide the outcome; this keeps the button off successes and in-flight work).
 ROW_REQUEUEABLE_STATUSES: tuple[str, ...] = (
     CHECKPOINT_FAILED,
-    REPAIR_PENDING,
     *TERMINAL_REPAIR_STATUSES,
+    *REPAIR_QUEUE_STATUSES,
 )
 SUCCESS_STATUSES: tuple[str, ...] = (
     CHECKPOINT_SAVED,
@@ -84,10 +85,12 @@ SUCCESS_STATUSES: tuple[str, ...] = (
 )
 # Statuses that close a failure without replaying it; health never counts them as errors.
 RESOLVED_STATUSES: tuple[str, ...] = (CHECKPOINT_RECOVERED, CHECKPOINT_SUPERSEDED, ACKNOWLEDGED)
-# Health's memory-safety errors: content that is not safe anywhere yet. A requeued checkpoint
-# stays one until the worker recovers it.
+# Health's memory-safety errors: content that is not safe anywhere yet (upstream's
+# checkpoint_failed, receipt_orphaned and hash_mismatch). A requeued checkpoint stays one until
+# the worker recovers it.
 MEMORY_SAFETY_ERROR_STATUSES: tuple[str, ...] = (
     CHECKPOINT_FAILED,
     CHECKPOINT_REQUEUED,
     RECEIPT_ORPHANED,
+    HASH_MISMATCH,
 )

@@ -1,5 +1,9 @@
 """Celery tasks. Each takes ids, calls one service, and owns only retry and time limits.
 
+The top of the worker's call path: tasks import the services and the requeue engine, never
+the other way round. Services send work through ``receipts_app.enqueue``, which knows each
+task by the name it is registered under here (``enqueue.task_name``).
+
 All tasks are ``acks_late`` (a worker that dies mid-task leaves the message to be redelivered)
 and safe to run twice: checkpoints and flushes upsert by idempotency key, repairs claim rows
 atomically, requeues compare-and-set, and plans resume from their cursor. Failures that the
@@ -18,6 +22,17 @@ from django.db import InterfaceError, OperationalError
 
 from opensquilla_site import timeutil
 
+from . import audit, flush_runtime, repair, requeue, services
+from .checkpoint import DEFAULT_SOURCE
+from .enqueue import (
+    CHECKPOINT_SESSION,
+    FLUSH_SESSION,
+    REPAIR_RECEIPT,
+    REPAIR_TICK,
+    RUN_REQUEUE_PLAN,
+    task_name,
+)
+
 logger = logging.getLogger(__name__)
 
 _RETRY: dict[str, Any] = {
@@ -32,7 +47,7 @@ _RETRY: dict[str, Any] = {
 PLAN_SLICE_SECONDS = 240.0
 # Rows per plan batch (one transaction): fewer, larger batches re-run the filter less often.
 PLAN_BATCH_SIZE = 1000
-# Runners per big plan (each a task any worker can take); see fan_out_requeue_plan.
+# Runners per big plan (each a task any worker can take); see requeue.fan_out_requeue_plan.
 PLAN_RUNNERS = 2
 
 
@@ -50,24 +65,20 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-@shared_task(soft_time_limit=150, time_limit=180, **_RETRY)
+@shared_task(name=task_name(CHECKPOINT_SESSION), soft_time_limit=150, time_limit=180, **_RETRY)
 def checkpoint_session(
     session_key: str,
     turn_id: str | None = None,
     requeue_of: str | None = None,
-    source: str = "session_manager",
+    source: str = DEFAULT_SOURCE,
 ) -> dict[str, Any]:
-    from receipts_app.services import perform_checkpoint
-
-    return perform_checkpoint(
-        session_key=session_key, turn_id=turn_id, requeue_of=requeue_of, source=source
-    )
+    if requeue_of:
+        return requeue.retake_checkpoint(requeue_of, turn_id=turn_id, source=source)
+    return services.take_checkpoint(session_key=session_key, turn_id=turn_id, source=source)
 
 
-@shared_task(soft_time_limit=300, time_limit=360, **_RETRY)
+@shared_task(name=task_name(FLUSH_SESSION), soft_time_limit=300, time_limit=360, **_RETRY)
 def flush_session(session_key: str, turn_id: str | None = None) -> Any:
-    from receipts_app import audit, flush_runtime
-
     try:
         # Ledger rows written by the flush are attributed to the worker, like checkpoints.
         with audit.acting_as(audit.WORKER):
@@ -78,44 +89,25 @@ def flush_session(session_key: str, turn_id: str | None = None) -> Any:
         return {"status": "skipped", "session_key": session_key, "error": str(exc)}
 
 
-@shared_task(soft_time_limit=900, time_limit=960, **_RETRY)
+@shared_task(name=task_name(REPAIR_TICK), soft_time_limit=900, time_limit=960, **_RETRY)
 def repair_tick() -> dict[str, Any]:
-    from receipts_app import repair
-    from receipts_app.requeue import sweep_lost_work
-
     repaired = _jsonable(repair.run_repair_tick())
-    swept = sweep_lost_work(timeutil.now_ms())
+    swept = requeue.sweep_lost_work(timeutil.now_ms())
     return {"repair": repaired, "swept": swept}
 
 
-@shared_task(soft_time_limit=300, time_limit=360, **_RETRY)
+@shared_task(name=task_name(REPAIR_RECEIPT), soft_time_limit=300, time_limit=360, **_RETRY)
 def repair_receipt(receipt_id: str) -> Any:
-    from receipts_app import repair
-
     return _jsonable(repair.repair_one(receipt_id))
 
 
-@shared_task(soft_time_limit=300, time_limit=360, **_RETRY)
-def requeue_receipts(
-    receipt_ids: list[str], actor_name: str, surface: str, reason: str = ""
-) -> list[dict[str, Any]]:
-    from receipts_app.audit import Actor
-    from receipts_app.requeue import requeue_receipt
-
-    actor = Actor(actor_name, surface)
-    return [
-        requeue_receipt(receipt_id=rid, actor=actor, reason=reason).to_dict() for rid in receipt_ids
-    ]
-
-
-@shared_task(soft_time_limit=300, time_limit=360, **_RETRY)
-def execute_requeue_plan(plan_id: str, fan_out: bool = True) -> dict[str, Any]:
-    from receipts_app.requeue import fan_out_requeue_plan, run_requeue_plan
-
+@shared_task(name=task_name(RUN_REQUEUE_PLAN), soft_time_limit=300, time_limit=360, **_RETRY)
+def run_requeue_plan(plan_id: str, fan_out: bool = True) -> dict[str, Any]:
+    """One slice of a plan's execution; the first runner may queue more (fan-out)."""
     if fan_out:
-        fan_out_requeue_plan(plan_id, runners=PLAN_RUNNERS)
+        requeue.fan_out_requeue_plan(plan_id, runners=PLAN_RUNNERS)
     try:
-        plan = run_requeue_plan(
+        plan = requeue.run_requeue_plan(
             plan_id, batch_size=PLAN_BATCH_SIZE, time_budget_s=PLAN_SLICE_SECONDS
         )
     except KeyError as exc:
@@ -123,7 +115,7 @@ def execute_requeue_plan(plan_id: str, fan_out: bool = True) -> dict[str, Any]:
         return {"plan_id": plan_id, "state": "not_found", "error": str(exc)}
     if plan.state == "running":
         # The next slice of this same runner; it must not fan out again.
-        execute_requeue_plan.delay(plan_id, fan_out=False)
+        run_requeue_plan.delay(plan_id, fan_out=False)
     return {
         "plan_id": plan.plan_id,
         "state": plan.state,

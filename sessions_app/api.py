@@ -47,7 +47,7 @@ class TranscriptQuery(Schema):
 
 
 @router.post(
-    "/sessions",
+    "",
     response={201: SessionOut, **errors(*WRITE_ERRORS)},
     auth=OPERATE,
     operation_id="create_session",
@@ -67,7 +67,7 @@ def create_session(request: HttpRequest, payload: SessionIn) -> Status[Any]:
 
 
 @router.get(
-    "/sessions",
+    "",
     response={200: SessionPageOut, **errors(*AUTH_ERRORS, 422)},
     auth=READ,
     operation_id="list_sessions",
@@ -81,7 +81,7 @@ def list_sessions(request: HttpRequest, query: Query[SessionListQuery]) -> dict[
 
 # Sub-routes first: ``{sessionkey:key}`` would otherwise swallow "…/reset" as part of the key.
 @router.post(
-    "/sessions/{sessionkey:key}/reset",
+    "/{sessionkey:key}/reset",
     response={200: SessionOut, **errors(*WRITE_ERRORS)},
     auth=OPERATE,
     operation_id="reset_session",
@@ -94,7 +94,7 @@ def reset_session(request: HttpRequest, key: str) -> Status[Any]:
 
 
 @router.post(
-    "/sessions/{sessionkey:key}/messages",
+    "/{sessionkey:key}/messages",
     response={201: TranscriptEntryOut, **errors(*WRITE_ERRORS)},
     auth=OPERATE,
     operation_id="append_message",
@@ -108,7 +108,7 @@ def append_message(request: HttpRequest, key: str, payload: MessageIn) -> Status
 
 
 @router.get(
-    "/sessions/{sessionkey:key}/transcript",
+    "/{sessionkey:key}/transcript",
     response={200: TranscriptPageOut, **errors(*READ_ERRORS)},
     auth=READ,
     operation_id="list_transcript",
@@ -122,7 +122,7 @@ def list_transcript(
 
 
 @router.get(
-    "/sessions/{sessionkey:key}",
+    "/{sessionkey:key}",
     response={200: SessionOut, **errors(*READ_ERRORS)},
     auth=READ,
     operation_id="get_session",
@@ -132,7 +132,7 @@ def get_session(request: HttpRequest, key: str) -> Session:
 
 
 @router.delete(
-    "/sessions/{sessionkey:key}",
+    "/{sessionkey:key}",
     response={204: None, **errors(*AUTH_ERRORS, 404, 422)},
     auth=ADMIN,
     operation_id="delete_session",

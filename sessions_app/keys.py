@@ -1,4 +1,4 @@
-"""Session-key canonicalisation, byte-compatible with OpenSquilla (DOMAIN.md section 4)."""
+"""Session-key canonicalisation, byte-compatible with OpenSquilla (docs/UPSTREAM.md#session-keys)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Sessions and their transcripts (DOMAIN.md section 7)."""
+"""Sessions and their transcripts (docs/UPSTREAM.md#sessions-and-transcripts)."""
 
 from __future__ import annotations
 
@@ -76,3 +76,67 @@ class TranscriptEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.role}#{self.id}"
+
+
+class CompactionSummary(models.Model):
+    """A compaction of a session generation, as OpenSquilla's ``session_summaries`` row.
+
+    This product never compacts; these rows arrive with a database imported or mirrored
+    from OpenSquilla. ``flush_receipt_status`` says whether the memory flush before the
+    compaction was safe; ``degraded_forensic`` and ``failed_retryable`` rows are repaired by
+    re-flushing their pre-image (``CompactedTranscriptEntry``), docs/WORKERS.md.
+    """
+
+    session_id = models.CharField(max_length=64)
+    session_key = models.TextField()
+    compaction_index = models.IntegerField(default=0)
+    compaction_id = models.TextField(null=True, blank=True)
+    trigger_reason = models.TextField(null=True, blank=True)
+    summary_text = models.TextField(default="", blank=True)
+    removed_count = models.IntegerField(default=0)
+    kept_count = models.IntegerField(default=0)
+    flush_receipt_status = models.CharField(max_length=32, default="unknown")
+    covered_through_id = models.BigIntegerField(default=0)
+    created_at = models.BigIntegerField(default=now_ms)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [
+            # The repair scan: degraded rows, oldest first.
+            models.Index(
+                fields=["flush_receipt_status", "created_at"], name="summary_flush_status"
+            ),
+            models.Index(fields=["session_key", "compaction_id"], name="summary_key_compaction"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_key}#{self.compaction_id or self.id}"
+
+
+class CompactedTranscriptEntry(models.Model):
+    """A transcript entry a compaction removed: the compaction's pre-image."""
+
+    session_id = models.CharField(max_length=64)
+    session_key = models.TextField()
+    compaction_id = models.TextField()
+    original_entry_id = models.BigIntegerField()
+    message_id = models.CharField(max_length=64, default="", blank=True)
+    role = models.CharField(max_length=16)
+    content = models.TextField(null=True, blank=True)
+    tool_calls = models.JSONField(null=True, blank=True)
+    tool_call_id = models.TextField(null=True, blank=True)
+    reasoning_content = models.TextField(null=True, blank=True)
+    token_count = models.IntegerField(null=True, blank=True)
+    created_at = models.BigIntegerField(default=now_ms)
+
+    class Meta:
+        ordering = ["created_at", "original_entry_id", "id"]
+        indexes = [
+            models.Index(
+                fields=["session_id", "compaction_id", "created_at"],
+                name="compacted_entry_preimage",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role}#{self.original_entry_id}@{self.compaction_id}"

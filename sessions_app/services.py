@@ -1,4 +1,4 @@
-"""Session services: create, read, append, reset and delete (DOMAIN.md section 7).
+"""Session services: create, read, append, reset and delete (docs/UPSTREAM.md#sessions-and-transcripts).
 
 Every key is canonicalised on the way in. Writes run in one transaction each; reset and
 delete lock the session row so a concurrent fenced receipt write sees either the old or the
@@ -61,7 +61,7 @@ def get_session(session_key: str) -> Session | None:
 def reset_session(session_key: str) -> Session:
     """Start a new generation: new ``session_id``, ``epoch + 1``, old transcript dropped.
 
-    Receipts are left in place with the old ``session_id`` (DOMAIN.md 3.9), so they stop
+    Receipts are left in place with the old ``session_id`` (docs/UPSTREAM.md#cascades), so they stop
     counting as evidence for the new generation.
     """
     key = _require_key(session_key)

@@ -12,6 +12,14 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 
+from opensquilla_site.runtime import ensure_runtime_dirs
+
+# The suite pins its own settings: a developer's .env (written by `make run`) is read neither
+# here nor by the processes the tests start (workers, manage.py). Settings create no
+# directory at import, so the suite makes var/ (its SQLite file, the broker folders) itself.
+os.environ["OPENSQUILLA_ENV_FILE"] = ""
+ensure_runtime_dirs()
+
 # Written by PyPI opensquilla==0.3.0 (bench/make_golden.py regenerates it); see tests/golden/README.md.
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 SERVICE_MARKERS = ("postgres", "redis", "browser", "worker")

@@ -1,17 +1,13 @@
-"""Deterministic checkpoints: JSONL transcript snapshots plus their receipts (DOMAIN.md 5).
+"""Deterministic checkpoints: JSONL transcript snapshots plus their receipts (docs/UPSTREAM.md#checkpoints).
 
 The hashes, ids, paths and file bytes are byte-compatible with OpenSquilla 0.3.0; the golden
-tests pin them. ``record_memory_checkpoint`` calls ``append_checkpoint_events`` through this
-package's attribute, so a test can monkeypatch ``receipts_app.checkpoint.append_checkpoint_events``.
+tests pin them. ``record_memory_checkpoint`` calls ``append_checkpoint_events`` through the
+``writer`` module, so a test replaces ``receipts_app.checkpoint.writer.append_checkpoint_events``.
 """
 
 from .events import DEFAULT_SOURCE, build_checkpoint_events, serialise_checkpoint_events
 from .hashing import checkpoint_coverage_hash, checkpoint_event_hash, checkpoint_turn_id
-from .record import (  # noqa: I001 - record looks the writer up on this package at call time
-    CheckpointTimeoutError,
-    arecord_memory_checkpoint,
-    record_memory_checkpoint,
-)
+from .record import CheckpointTimeoutError, arecord_memory_checkpoint, record_memory_checkpoint
 from .writer import CHECKPOINT_DIR, append_checkpoint_events, checkpoint_relative_path
 
 __all__ = [

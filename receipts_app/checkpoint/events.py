@@ -1,4 +1,4 @@
-"""Checkpoint events: one per transcript entry plus one per tool call (DOMAIN.md 5.2)."""
+"""Checkpoint events: one per transcript entry plus one per tool call (docs/UPSTREAM.md#checkpoint-events)."""
 
 from __future__ import annotations
 
@@ -13,24 +13,47 @@ DEFAULT_SOURCE = "session_manager"
 _ROLE_MAP = {"tool": "tool_result", "user": "user", "assistant": "assistant"}
 
 
+def _plain(value: Any) -> Any:
+    """Provider models (pydantic) as plain data, however deep in lists, tuples and dicts.
+
+    A message's content may be a list of provider content blocks; each block must be written
+    as its JSON object, as upstream does, not as the model's ``repr`` that ``default=str``
+    would give, or the checkpoint bytes and hashes differ (docs/UPSTREAM.md).
+    """
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    return value
+
+
 def _serialise_content(value: Any) -> str:
+    if value is None:
+        return ""
     if isinstance(value, str):
         return value
-    if hasattr(value, "model_dump"):
-        value = value.model_dump(mode="json")
-    return _json(value)
+    return _json(_plain(value))
 
 
 def _event_content(entry: Any) -> str:
     content = _field(entry, "content")
     reasoning = _field(entry, "reasoning_content")
     if content is not None and reasoning:
-        return _json({"content": content, "reasoning_content": reasoning})
+        return _serialise_content({"content": content, "reasoning_content": reasoning})
     if content is not None:
         return _serialise_content(content)
-    if reasoning is not None:
-        return _serialise_content(reasoning)
-    return ""
+    return _serialise_content(reasoning)
+
+
+def _tool_call_content(call: Mapping[str, Any]) -> str:
+    function = call.get("function")
+    if isinstance(function, Mapping) and function.get("arguments") is not None:
+        # str(), not JSON: upstream writes dict arguments in Python's repr, and the bytes
+        # of the checkpoint must match.
+        return str(function.get("arguments") or "")
+    return _json(call)
 
 
 def _content_type(content: str) -> str:
@@ -88,8 +111,8 @@ def build_checkpoint_events(
         sequence += 1
         raw_role = str(_field(entry, "role") or "")
         content = _event_content(entry)
-        created_at = _field(entry, "created_at")
-        timestamp = created_at if created_at is not None else built_at
+        # As upstream: a falsy created_at (None or 0) is "now".
+        timestamp = int(_field(entry, "created_at") or built_at)
         event = _base_event(
             session_key=session_key,
             session_id=session_id,
@@ -105,21 +128,18 @@ def build_checkpoint_events(
             content_type=_content_type(content),
             tool_name=None,
             tool_call_id=_field(entry, "tool_call_id"),
-            token_estimate=_field(entry, "token_count") or 0,
+            token_estimate=int(_field(entry, "token_count") or 0),
         )
         events.append(event)
-        for call in _field(entry, "tool_calls") or []:
+        tool_calls = _field(entry, "tool_calls") or []
+        # Only a list is read as tool calls, as upstream.
+        for call in tool_calls if isinstance(tool_calls, list) else []:
             if not isinstance(call, Mapping):
                 continue
             sequence += 1
             function = call.get("function")
-            if isinstance(function, Mapping) and function.get("arguments") is not None:
-                call_content = _serialise_content(function.get("arguments"))
-                tool_name = function.get("name")
-            else:
-                call_content = _json(call)
-                tool_name = function.get("name") if isinstance(function, Mapping) else None
-            tool_name = tool_name or call.get("name")
+            call_content = _tool_call_content(call)
+            tool_name = function.get("name") if isinstance(function, Mapping) else call.get("name")
             call_id = call.get("id")
             tool_event = _base_event(
                 session_key=session_key,
@@ -135,7 +155,7 @@ def build_checkpoint_events(
                 content=call_content,
                 content_type=_content_type(call_content),
                 tool_name=tool_name,
-                tool_call_id=str(call_id) if call_id is not None else None,
+                tool_call_id=str(call_id) if call_id else None,
                 token_estimate=0,
             )
             events.append(tool_event)

@@ -1,4 +1,4 @@
-"""Checkpoint ids and hashes, byte-compatible with OpenSquilla (DOMAIN.md 5.1)."""
+"""Checkpoint ids and hashes, byte-compatible with OpenSquilla (docs/UPSTREAM.md#ids-and-hashes)."""
 
 from __future__ import annotations
 

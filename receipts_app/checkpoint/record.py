@@ -2,7 +2,8 @@
 
 The sync form runs the async implementation, so the shared deadline, the failure receipt and
 the fencing rules exist once. The writer and the receipt upsert are looked up at call time on
-``receipts_app.checkpoint`` and ``receipts_app.ledger``, so tests can replace either.
+their modules (``receipts_app.checkpoint.writer``, ``receipts_app.ledger``), so tests can
+replace either.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from typing import Any, TypeVar
 from asgiref.sync import async_to_sync
 from django.conf import settings
 
-import receipts_app.checkpoint as checkpoint_module
 from sessions_app import services as session_services
 from sessions_app.keys import canonicalize_session_key
 
 from .. import ledger
 from ..models import MemoryDurableReceipt
+from ..statuses import CHECKPOINT_FAILED, CHECKPOINT_SAVED
+from . import writer
 from .events import DEFAULT_SOURCE, build_checkpoint_events, serialise_checkpoint_events
 from .hashing import checkpoint_coverage_hash, checkpoint_event_hash, checkpoint_turn_id
 
@@ -40,7 +42,7 @@ class CheckpointTimeoutError(TimeoutError):
 
 
 class _Deadline:
-    """One budget shared by every phase of a checkpoint (DOMAIN.md 5.4 step 8)."""
+    """One budget shared by every phase of a checkpoint (docs/UPSTREAM.md#deadline)."""
 
     def __init__(self, timeout: float | None) -> None:
         self.expires_at = None if timeout is None else time.monotonic() + max(0.0, timeout)
@@ -96,7 +98,7 @@ def _failure_receipt(
         coverage_hash=coverage[1],
         coverage_entry_count=coverage[2],
         idempotency_key=f"checkpoint:{session_key}:{turn_id}:{body_hash}:failed:{error_tag}",
-        status="checkpoint_failed",
+        status=CHECKPOINT_FAILED,
         reason=str(error),
         attempt_count=1,
     )
@@ -121,7 +123,7 @@ def _saved_receipt(
         coverage_hash=coverage[1],
         coverage_entry_count=coverage[2],
         idempotency_key=f"checkpoint:{session_key}:{turn_id}:{written['content_hash']}",
-        status="checkpoint_saved",
+        status=CHECKPOINT_SAVED,
         attempt_count=1,
     )
 
@@ -172,7 +174,7 @@ async def arecord_memory_checkpoint(
         # Looked up on the module at call time so tests can replace the writer; it runs in a
         # worker thread so the event loop never blocks on disk.
         written = await deadline.run(
-            asyncio.to_thread(checkpoint_module.append_checkpoint_events, workspace, events)
+            asyncio.to_thread(writer.append_checkpoint_events, workspace, events)
         )
     except Exception as error:
         failure = _failure_receipt(

@@ -19,14 +19,14 @@ from django.db.models.fields import BigIntegerField
 from django.db.models.functions import Cast
 
 from opensquilla_site.exceptions import ValidationFailed
-from opensquilla_site.pagination import Page, keyset_page
+from opensquilla_site.pagination import Page, keyset_after, keyset_page
 from opensquilla_site.timeutil import now_ms
 from sessions_app.keys import normalize_agent_id
 from sessions_app.models import Session
 
 from ..ledger import literal_prefix
 from ..models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
-from ..selectors import FAILURE_STATUSES
+from ..statuses import FAILURE_STATUSES
 
 # --- overview counts ----------------------------------------------------------------------
 
@@ -467,7 +467,14 @@ def page_plans(
             raise ValidationFailed(
                 "the page marker is not valid; start again from the first page"
             ) from None
-        qs = qs.filter(Q(created_at__lt=stamp) | Q(created_at=stamp, plan_id__lt=plan_id))
+        qs = keyset_after(
+            qs,
+            order_field="created_at",
+            value=stamp,
+            tie_field="plan_id",
+            tie_value=plan_id,
+            newest_first=True,
+        )
     rows = list(qs[: limit + 1])
     marker = None
     if len(rows) > limit:

@@ -1,4 +1,4 @@
-"""The raw-fallback archive: what a degraded flush leaves on disk (DOMAIN.md 6.8, 8.4).
+"""The raw-fallback archive: what a degraded flush leaves on disk (docs/UPSTREAM.md#raw-fallback-archives).
 
 The archive is the only copy of the transcript the repair worker can re-distil, so the
 writer is crash-safe (temp file, fsync, atomic replace, directory fsync) and idempotent
@@ -207,7 +207,7 @@ def raw_fallback_header_reason(content: str) -> str | None:
 
 
 def parse_raw_fallback_entries(content: str) -> list[Message]:
-    """Turn an archive back into messages for the repair flush (DOMAIN.md 8.4 step 4).
+    """Turn an archive back into messages for the repair flush (docs/UPSTREAM.md#repairing-one-row).
 
     A line starting ``user:``, ``assistant:`` or ``system:`` opens a message; following
     non-blank lines continue it. Headers and comments before the first message are

@@ -1,4 +1,4 @@
-"""Did the written markdown keep what it had to keep? (DOMAIN.md 6.3, 6.5)
+"""Did the written markdown keep what it had to keep? (docs/UPSTREAM.md#flush-outcomes-and-ledger-rows)
 
 Two checks feed the strict-safety predicate:
 - candidate coverage: every valid candidate's visible text is in the rendered markdown;

@@ -1,4 +1,4 @@
-"""Resolving a candidate's event date against its source date (DOMAIN.md 6.3).
+"""Resolving a candidate's event date against its source date (docs/UPSTREAM.md#provider-output).
 
 Models often answer "yesterday" or "last month"; memory notes must carry an absolute date,
 so relative phrases are resolved against the date of the message they came from.

@@ -1,4 +1,4 @@
-"""Transcript normalisation and segmenting for the flush (DOMAIN.md 6.2 step 2).
+"""Transcript normalisation and segmenting for the flush (docs/UPSTREAM.md#flush-steps).
 
 The output is what both the provider prompt and the raw archive see, so its rules
 (which roles survive, the 50 000-character cut, the source prefix) decide the archive

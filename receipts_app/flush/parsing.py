@@ -1,4 +1,4 @@
-"""Parsing the model's flush answer into a proposal (DOMAIN.md 6.3).
+"""Parsing the model's flush answer into a proposal (docs/UPSTREAM.md#provider-output).
 
 The answer is untrusted text. A proposal either carries markdown to append, or is an
 explicit no-op; anything else raises ``ValueError`` so the service can send exactly one

@@ -1,4 +1,4 @@
-"""Prompts sent to the flush provider (DOMAIN.md 6.3).
+"""Prompts sent to the flush provider (docs/UPSTREAM.md#provider-output).
 
 The transcript is wrapped in tags and declared untrusted: a user message saying "reply
 READY" must end up as data, not as the model's answer.

@@ -1,7 +1,9 @@
-"""Which flush outcomes are safe, and which ledger row each one produces (DOMAIN.md 6.5).
+"""Which ledger row each flush outcome produces, and the save-path guard.
 
-These rules decide whether a transcript may be destroyed, so they are kept apart from the
-service and written as plain predicates over a receipt (object or mapping).
+See docs/UPSTREAM.md#flush-outcomes-and-ledger-rows.
+
+What an outcome *means* (strictly safe, archived and repairable, failed) is decided once,
+by the classifier in ``status.py``; this module only maps that classification to a row.
 """
 
 from __future__ import annotations
@@ -9,84 +11,56 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .types import ARCHIVED_RESULT_STATUSES, NOOP_RESULT_STATUSES, FlushReceipt
+from ..statuses import CHECKPOINT_FAILED, FLUSH_APPENDED, REPAIR_FAILED, REPAIR_PENDING
+from .status import (
+    classify_flush_receipt,
+    flush_receipt_allows_destructive_compaction,
+    flush_receipt_is_successful_flush,
+)
+from .types import FlushReceipt
+
+__all__ = [
+    "FLUSH_RESERVED_PATHS",
+    "FLUSH_RESERVED_PATH_PREFIXES",
+    "allows_destructive_compaction",
+    "flush_receipt_allows_destructive_compaction",
+    "flush_receipt_is_successful_flush",
+    "ledger_row_fields",
+    "validate_flush_save_arguments",
+]
 
 FLUSH_RESERVED_PATH_PREFIXES = ("memory/.raw_fallbacks/", "memory/.checkpoints/")
 FLUSH_RESERVED_PATHS = frozenset({"MEMORY.md", "AGENTS.md", "USER.md", "SOUL.md", "TOOLS.md"})
 
 
-def _get(receipt: Any, name: str, default: Any) -> Any:
-    if isinstance(receipt, Mapping):
-        return receipt.get(name, default)
-    return getattr(receipt, name, default)
+def allows_destructive_compaction(receipt: Any, *, required: bool = True) -> bool:
+    """May the flushed transcript be compacted away? Upstream's answer, via the classifier.
 
-
-def _int(value: Any) -> int:
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0
-
-
-def flush_receipt_allows_destructive_compaction(receipt: Any) -> bool:
-    """The strict-safety predicate: an LLM write that provably kept everything.
-
-    Requires mode ``llm``, at least one indexed chunk, integrity ``ok``, output coverage
-    ``ok``, no invalid or missing candidates, and obligations either absent or ``ok`` /
-    ``backfilled`` with none missing. Raw archives never qualify: they are lossy.
+    True for a strictly safe write and for an archived degraded outcome whose raw archive
+    exists (``parse_failed_archived`` with its archive, say): the transcript survives in
+    the archive and a repair row is queued. ``required=False`` means no flush was needed.
     """
-    if receipt is None or _get(receipt, "mode", None) != "llm":
-        return False
-    if _int(_get(receipt, "indexed_chunk_count", 0)) <= 0:
-        return False
-    if _get(receipt, "integrity_status", None) != "ok":
-        return False
-    if _get(receipt, "output_coverage_status", None) != "ok":
-        return False
-    if _int(_get(receipt, "invalid_candidate_count", 0)) > 0:
-        return False
-    if _get(receipt, "candidate_missing_ids", None):
-        return False
-    missing_obligations = _get(receipt, "obligation_missing_ids", None)
-    # No obligations at all is fine: most transcripts have no dated, anchored user lines.
-    if _int(_get(receipt, "obligation_count", 0)) <= 0 and not missing_obligations:
-        return True
-    if _get(receipt, "obligation_status", None) not in {"ok", "backfilled"}:
-        return False
-    return not missing_obligations
-
-
-def flush_receipt_is_successful_flush(receipt: Any) -> bool:
-    """Done without needing a retry: strictly safe, or an honest "nothing to remember".
-
-    Weaker than destructive safety on purpose: a no-op must not be retried as a failure
-    by callers that only ask "did the flush finish?".
-    """
-    if receipt is None:
-        return False
-    if flush_receipt_allows_destructive_compaction(receipt):
-        return True
-    return str(_get(receipt, "result_status", "") or "") in NOOP_RESULT_STATUSES
+    return classify_flush_receipt(receipt, required=required).allows_destructive_compaction
 
 
 def ledger_row_fields(
     receipt: FlushReceipt, *, checkpoint_exists: bool | None
 ) -> dict[str, str | None] | None:
     """The ledger row for a finished flush, or None when the outcome writes no row."""
-    status = receipt.result_status
-    if status in ARCHIVED_RESULT_STATUSES:
-        scope, row_status, reason = "repair", "repair_pending", status
-    elif status == "archive_failed":
+    classified = classify_flush_receipt(receipt)
+    if classified.repair_status == "pending":
+        scope, row_status, reason = "repair", REPAIR_PENDING, receipt.result_status
+    elif classified.repair_status == "failed":
         # Without a checkpoint nothing durable covers the transcript: say so loudly.
         if checkpoint_exists is False:
-            scope, row_status = "checkpoint", "checkpoint_failed"
+            scope, row_status = "checkpoint", CHECKPOINT_FAILED
         else:
-            scope, row_status = "repair", "repair_failed"
+            scope, row_status = "repair", REPAIR_FAILED
         reason = "archive_failed"
-    elif flush_receipt_allows_destructive_compaction(receipt):
-        scope, row_status, reason = "flush", "flush_appended", None
+    elif classified.safety_status == "safe":
+        scope, row_status, reason = "flush", FLUSH_APPENDED, None
     else:
-        # Skipped, no-op and not-strictly-safe LLM writes leave no row (DOMAIN.md 11).
+        # Skipped, no-op and not-strictly-safe LLM writes leave no row (docs/UPSTREAM.md#flush-outcomes-and-ledger-rows).
         return None
     return {
         "scope": scope,

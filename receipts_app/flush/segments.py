@@ -1,4 +1,4 @@
-"""Merging per-segment flush receipts into one (DOMAIN.md 6.4, 6.6).
+"""Merging per-segment flush receipts into one (docs/UPSTREAM.md#flush-outcomes-and-ledger-rows).
 
 A segmented flush writes one note per segment; the merged receipt must stay strictly
 safe only if every segment was, so counts are summed and statuses take the worst value.

@@ -1,4 +1,4 @@
-"""``SessionFlushService``: distil a transcript into memory, or archive it raw (DOMAIN.md 6).
+"""``SessionFlushService``: distil a transcript into memory, or archive it raw (docs/UPSTREAM.md#flush).
 
 Fallback chain: pre-image archive -> LLM extraction + one ``memory_save`` -> raw archive ->
 ``archive_failed``. Every outcome goes through ``_done``, which stamps the receipt's
@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from ..statuses import PREIMAGE_SAVED
 from .archive import DEFAULT_RAW_ARCHIVE_MAX_CHARS
 from .calls import FlushRun, ToolHandler, error_fields, raw_status, resolved
 from .llm import llm_flush
@@ -262,7 +263,7 @@ class SessionFlushService:
         checkpoint_exists: bool | None = None,
         record_receipt: bool = True,
     ) -> FlushReceipt:
-        """Archive directly, outside ``execute`` (upstream's test hook, DOMAIN.md 6.5).
+        """Archive directly, outside ``execute`` (upstream's test hook, docs/UPSTREAM.md#flush-outcomes-and-ledger-rows).
 
         With ``record_receipt`` the ledger row is written too; failures are not cached,
         so each failing call writes another row.
@@ -316,7 +317,7 @@ class SessionFlushService:
 
     @staticmethod
     def _stamp(receipt: FlushReceipt, run: FlushRun) -> FlushReceipt:
-        """Stamp session_id, turn_id, source_path and a content hash (DOMAIN.md 6.6)."""
+        """Stamp session_id, turn_id, source_path and a content hash (docs/UPSTREAM.md#flush-outcomes-and-ledger-rows)."""
         content_hash = receipt.content_hash
         # Every row needs a hash for idempotency; synthesise one when the write had none.
         if content_hash is None and receipt.mode == "llm" and receipt.flushed_paths:
@@ -398,7 +399,7 @@ class SessionFlushService:
             return
         fields = {
             "scope": "preimage",
-            "status": "preimage_saved",
+            "status": PREIMAGE_SAVED,
             "reason": receipt.raw_reason,
             "target_path": receipt.flushed_paths[0],
             "session_id": receipt.session_id,

@@ -1,4 +1,4 @@
-"""Value types shared by the flush package (DOMAIN.md section 6).
+"""Value types shared by the flush package (docs/UPSTREAM.md#flush).
 
 Everything here is plain Python so the flush service can run in a Celery worker, a
 management command or a unit test without Django being configured.

@@ -36,6 +36,8 @@ from sessions_app.models import Session, TranscriptEntry
 from .. import audit
 from ..ledger import LEDGER_FIELDS
 from ..models import MemoryDurableReceipt
+from ..statuses import CHECKPOINT_SAVED, PREIMAGE_SAVED
+from .compactions import import_compactions
 from .errors import ImportSourceError
 from .files import copy_planned, plan_copies, remove_created, sha256_file
 from .paths import CHECKPOINT_DIR, RAW_FALLBACK_DIR, check_receipt_path, is_file_path, normalise
@@ -62,7 +64,7 @@ _ENTRY_FIELDS = (
     "created_at",
 )
 # Which receipts name a file whose bytes ``content_hash`` is the sha256 of.
-_HASHED_FILE_COLUMN = {"checkpoint_saved": "source_path", "preimage_saved": "target_path"}
+_HASHED_FILE_COLUMN = {CHECKPOINT_SAVED: "source_path", PREIMAGE_SAVED: "target_path"}
 
 
 @dataclass
@@ -119,6 +121,7 @@ def import_opensquilla(
                 _import_sessions(source, report, report_progress, totals["sessions"])
                 _import_entries(source, report, report_progress, totals["transcript entries"])
                 _import_receipts(source, report, report_progress, totals["receipts"], facts)
+                import_compactions(source)  # degraded ones are repaired by the repair tick
                 _reset_entry_sequence()
                 if source_workspace is not None and checkpoint_root is not None:
                     _import_files(

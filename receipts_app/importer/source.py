@@ -208,7 +208,7 @@ class SourceDatabase:
             yield [_entry(row) for row in batch]
 
     def receipts(self) -> Iterator[list[SourceReceipt]]:
-        # rowid is upstream's insertion-order tie-break (DOMAIN.md 3.3).
+        # rowid is upstream's insertion-order tie-break (docs/UPSTREAM.md#reads-and-orderings).
         order = "created_at, rowid" if self._has_rowid() else "created_at, receipt_id"
         for batch in self._select("memory_durable_receipts", order):
             yield [_receipt(row) for row in batch]

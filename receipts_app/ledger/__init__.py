@@ -1,4 +1,4 @@
-"""The durable receipt ledger: OpenSquilla's storage API on the Django ORM (DOMAIN.md 3).
+"""The durable receipt ledger: OpenSquilla's storage API on the Django ORM (docs/UPSTREAM.md#the-ledger).
 
 The hot paths (single-row upsert and update, the exact coverage lookup, the bulk upsert) run
 prebuilt parameterised SQL from :mod:`.fastsql`; the rest is ORM.
@@ -25,41 +25,52 @@ from django.db import transaction
 from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Substr
 
+from opensquilla_site.exceptions import GenerationChanged
 from opensquilla_site.timeutil import now_ms
 from sessions_app.keys import agent_id_for_session_key, canonicalize_session_key
 from sessions_app.models import Session
 
 from .. import audit
 from ..models import MemoryDurableReceipt, new_receipt_id
-from ..statuses import REPAIR_PENDING as REPAIR_PENDING_STATUS
-from ..statuses import REPAIR_QUEUE_STATUSES as REPAIR_QUEUE_STATUSES
-from ..statuses import REPAIR_RUNNING as REPAIR_RUNNING_STATUS
+from ..statuses import REPAIR_PENDING, REPAIR_QUEUE_STATUSES, REPAIR_RUNNING
 from . import fastsql
-from .columns import CONFLICT_UPDATE_FIELDS as CONFLICT_UPDATE_FIELDS
-from .columns import COVERAGE_FILTERS as COVERAGE_FILTERS
 from .columns import LEDGER_FIELDS, UPDATABLE_FIELDS
-from .columns import WRITE_FIELDS as WRITE_FIELDS
 
 
-def generation_changed(session_key: str) -> KeyError:
-    return KeyError(f"Session generation changed: {session_key}")
+def live_session_id(session_key: str, *, for_update: bool = False) -> str | None:
+    """The live generation of ``session_key``; None when the session does not exist."""
+    sessions = Session.objects.filter(session_key=session_key)
+    if for_update:
+        sessions = sessions.select_for_update()
+    return sessions.values_list("session_id", flat=True).first()
+
+
+def generation_changed(
+    session_key: str, expected_session_id: str, *, for_update: bool = False
+) -> bool:
+    """THE generation fence: has ``session_key`` been reset or deleted since ``expected``?
+
+    Every fenced path asks this (the ledger's writes, the requeued checkpoint task, the
+    requeue rules); ``for_update`` locks the session row so the answer holds until commit.
+    """
+    return live_session_id(session_key, for_update=for_update) != expected_session_id
+
+
+def fence_generation(session_key: str, expected_session_id: str) -> None:
+    """Raise ``GenerationChanged`` unless the live session is still ``expected_session_id``.
+
+    Must run inside the write's transaction: the session row stays locked until commit, so a
+    reset or delete cannot slip in between the check and the write.
+    """
+    if generation_changed(session_key, expected_session_id, for_update=True):
+        raise GenerationChanged(session_key)
 
 
 def _check_generation_fence(session_key: str, session_id: str, expected_session_id: str) -> None:
-    """Raise the upstream fence KeyError unless the live session is the expected generation.
-
-    Must run inside the write's transaction so a reset or delete cannot slip in between.
-    """
+    # A row of another generation than the one the caller fences on is fenced by definition.
     if session_id != expected_session_id:
-        raise generation_changed(session_key)
-    current = (
-        Session.objects.select_for_update()
-        .filter(session_key=session_key)
-        .values_list("session_id", flat=True)
-        .first()
-    )
-    if current is None or current != expected_session_id:
-        raise generation_changed(session_key)
+        raise GenerationChanged(session_key)
+    fence_generation(session_key, expected_session_id)
 
 
 def _prepare_for_write(receipt: MemoryDurableReceipt, stamp_ms: int) -> dict[str, Any]:
@@ -85,7 +96,7 @@ def upsert_memory_durable_receipt(
 
     Returns the stored row: on a conflict it carries the original ``receipt_id`` and
     ``created_at``. With ``expected_session_id`` the write is fenced on the live generation
-    and raises ``KeyError("Session generation changed: <key>")`` when it moved. A status
+    and raises ``GenerationChanged`` (a ``KeyError``, as upstream) when it moved. A status
     change of an existing row is recorded as a ``status_change`` event in the same transaction.
     """
     stamp = now_ms()
@@ -267,7 +278,7 @@ def claim_memory_repair_receipt(
     receipt_id: str,
     *,
     eligible_statuses: Iterable[str] = REPAIR_QUEUE_STATUSES,
-    claimed_status: str = REPAIR_RUNNING_STATUS,
+    claimed_status: str = REPAIR_RUNNING,
     now_ms: int,
 ) -> MemoryDurableReceipt | None:
     """Atomically move one due, queued row to ``claimed_status``; None if another got it.
@@ -304,8 +315,8 @@ def claim_memory_repair_receipt(
 
 def recover_stale_memory_repair_claims(
     *,
-    running_status: str = REPAIR_RUNNING_STATUS,
-    pending_status: str = REPAIR_PENDING_STATUS,
+    running_status: str = REPAIR_RUNNING,
+    pending_status: str = REPAIR_PENDING,
     stale_before_ms: int,
     next_retry_at_ms: int,
     updated_at_ms: int,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# Columns of the upstream table (DOMAIN.md 1.1), in its order.
+# Columns of the upstream table (docs/UPSTREAM.md#columns), in its order.
 LEDGER_FIELDS: tuple[str, ...] = (
     "receipt_id",
     "session_key",

@@ -13,7 +13,6 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from typing import IO, Any, TypeVar, cast
 
 from django.core.management.base import CommandError, CommandParser
@@ -22,29 +21,12 @@ from django.db import DatabaseError
 from opensquilla_site.exceptions import ApplicationError
 
 from ..audit import Actor
+from ..selectors import RECEIPT_FILTER_FIELDS
 
 T = TypeVar("T")
 
-# (flag, filter parameter, help). Multi-valued parameters may be repeated.
-FILTER_FLAGS: tuple[tuple[str, str, str], ...] = (
-    ("--status", "status", "receipt status (repeat or comma-separate)"),
-    ("--scope", "scope", "checkpoint, preimage, flush or repair (repeatable)"),
-    ("--agent", "agent", "agent id, e.g. main"),
-    ("--session-key", "session_key", "exact session key (canonicalised)"),
-    ("--session-key-prefix", "session_key_prefix", "literal session-key prefix"),
-    ("--session-id", "session_id", "session generation id"),
-    ("--idempotency-key", "idempotency_key", "exact idempotency key"),
-    ("--reason", "reason", "text the reason contains"),
-    ("--created-from", "created_from", "epoch ms or ISO date/time (UTC when naive)"),
-    ("--created-to", "created_to", "epoch ms or ISO date/time"),
-    ("--updated-from", "updated_from", "epoch ms or ISO date/time"),
-    ("--updated-to", "updated_to", "epoch ms or ISO date/time"),
-    ("--attempts-min", "attempts_min", "minimum attempt_count"),
-    ("--attempts-max", "attempts_max", "maximum attempt_count"),
-    ("--due", "due", "true: due for the repair worker now; false: waiting"),
-)
-_MULTI = {"status", "scope", "receipt_id"}
-_TIMES = {"created_from", "created_to", "updated_from", "updated_to"}
+# Multi-valued parameters may be repeated; every flag is the parameter with dashes.
+_MULTI = {f.param for f in RECEIPT_FILTER_FIELDS if f.kind == "many"}
 
 
 def one_line(message: object) -> str:
@@ -107,35 +89,18 @@ def add_filter_arguments(
         metavar="KEY=VALUE",
         help="any API filter parameter, e.g. --filter status=repair_failed (repeatable)",
     )
-    for flag, param, text in FILTER_FLAGS:
-        flags = [flag]
+    for field in RECEIPT_FILTER_FIELDS:
+        param, flags = field.param, [field.flag]
+        if param == "receipt_id" and not receipt_ids:
+            continue
         if param == "reason":
-            flags = ["--reason-contains", flag] if reason_flag else ["--reason-contains"]
+            flags = ["--reason-contains", field.flag] if reason_flag else ["--reason-contains"]
         if param in _MULTI:
-            group.add_argument(*flags, dest=f"f_{param}", action="append", default=[], help=text)
+            group.add_argument(
+                *flags, dest=f"f_{param}", action="append", default=[], help=field.help
+            )
         else:
-            group.add_argument(*flags, dest=f"f_{param}", default=None, help=text)
-    if receipt_ids:
-        group.add_argument(
-            "--receipt-id",
-            dest="f_receipt_id",
-            action="append",
-            default=[],
-            help="a receipt id (repeatable)",
-        )
-
-
-def _time_value(name: str, value: str) -> str:
-    text = value.strip()
-    if not text or text.lstrip("-").isdigit():
-        return text
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise CommandError(f"{name} must be epoch milliseconds or an ISO date: {value!r}") from exc
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return str(round(moment.timestamp() * 1000))
+            group.add_argument(*flags, dest=f"f_{param}", default=None, help=field.help)
 
 
 def filter_params(options: dict[str, Any]) -> dict[str, Any]:
@@ -150,16 +115,14 @@ def filter_params(options: dict[str, Any]) -> dict[str, Any]:
             params.setdefault(key, []).append(value)
         else:
             params[key] = value
-    names = [p for _, p, _ in FILTER_FLAGS] + ["receipt_id"]
-    for param in names:
+    for param in (f.param for f in RECEIPT_FILTER_FIELDS):
         given = options.get(f"f_{param}")
         if param in _MULTI:
             if given:
                 params.setdefault(param, []).extend(given)
         elif given is not None:
             params[param] = given
-    for name in _TIMES & params.keys():
-        params[name] = _time_value(name, str(params[name]))
+    # Dates (ISO 8601 or epoch ms) are parsed by ReceiptFilter.from_params, as for the API.
     return params
 
 

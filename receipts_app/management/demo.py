@@ -29,6 +29,15 @@ from ..checkpoint import record_memory_checkpoint
 from ..flush.archive import write_raw_fallback_archive
 from ..flush_runtime import memory_workspace_for_agent
 from ..models import MemoryDurableReceipt
+from ..statuses import (
+    CHECKPOINT_FAILED,
+    CHECKPOINT_SAVED,
+    FLUSH_APPENDED,
+    PREIMAGE_SAVED,
+    REPAIR_ABANDONED,
+    REPAIR_FAILED,
+    REPAIR_PENDING,
+)
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
@@ -138,14 +147,14 @@ def _ensure_session(spec: DemoSession, report: DemoReport, workspace: Path) -> S
             session_services.append_message(spec.key, role=role, content=content)
     report.note(created, f"session {spec.key}")
     if spec.checkpoint_turn:
-        exists = _checkpoint_exists(session, spec.checkpoint_turn, "checkpoint_saved")
+        exists = _checkpoint_exists(session, spec.checkpoint_turn, CHECKPOINT_SAVED)
         if not exists:
             record_memory_checkpoint(
                 spec.key, turn_id=spec.checkpoint_turn, source="seed_demo", workspace_dir=workspace
             )
         report.note(not exists, f"checkpoint_saved {spec.key}")
     if spec.failed_checkpoint_turn:
-        exists = _checkpoint_exists(session, spec.failed_checkpoint_turn, "checkpoint_failed")
+        exists = _checkpoint_exists(session, spec.failed_checkpoint_turn, CHECKPOINT_FAILED)
         if not exists:
             try:
                 record_memory_checkpoint(
@@ -201,7 +210,7 @@ def _flush_and_repair_rows(
     specs: list[tuple[str, Session, str, dict[str, Any], str]] = [
         # (status, session, turn, extra fields, archive text)
         (
-            "preimage_saved",
+            PREIMAGE_SAVED,
             nightly,
             "flush:1-2",
             {
@@ -213,7 +222,7 @@ def _flush_and_repair_rows(
             "system: Nightly maintenance run started.",
         ),
         (
-            "repair_pending",
+            REPAIR_PENDING,
             nightly,
             "flush:1-2",
             {
@@ -225,7 +234,7 @@ def _flush_and_repair_rows(
             "system: Nightly maintenance run started.",
         ),
         (
-            "repair_abandoned",
+            REPAIR_ABANDONED,
             tg,
             "flush:1-2",
             {
@@ -237,7 +246,7 @@ def _flush_and_repair_rows(
             "user: (empty excerpt)",
         ),
         (
-            "repair_failed",
+            REPAIR_FAILED,
             alice,
             "flush:1-4",
             {
@@ -249,7 +258,7 @@ def _flush_and_repair_rows(
             "user: Remind me what we decided.",
         ),
         (
-            "repair_pending",
+            REPAIR_PENDING,
             tg,
             "flush:3-4",
             {
@@ -287,7 +296,7 @@ def _flush_and_repair_rows(
             "session_id": alice.session_id,
             "turn_id": "flush:1-4",
             "scope": "flush",
-            "status": "flush_appended",
+            "status": FLUSH_APPENDED,
             "reason": "ok",
             "source_path": f"session:{alice.session_key}:flush:1-4",
             "target_path": "memory/2026-05-01-paris-offsite.md",

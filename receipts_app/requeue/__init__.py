@@ -1,10 +1,17 @@
-"""The requeue engine (PRODUCT.md 3): the one service every surface calls.
+"""The requeue engine (docs/STATUSES.md#requeue-outcomes): the one service every surface calls
+to requeue or acknowledge.
 
-- ``rules``: what a requeue would do (``classify_requeue``, ``available_actions``), no writes
+- ``rules``: what a requeue would do (``decide_requeue``, ``available_actions``), no writes
+- ``transitions``: where a requeue moves a row and the work it sends (one table)
 - ``engine``: ``requeue_receipt``, ``acknowledge_receipt``, ``complete_checkpoint_requeue``
-- ``plans``: frozen-filter requeue plans with a dry run and batched execution
+- ``batch``: ``requeue_batch``, the same requeue for a plan's batch of rows
+- ``retake``: the requeued checkpoint's task body (``retake_checkpoint``)
+- ``plans``: frozen-filter requeue plans: dry run, ``start_requeue_plan`` (queues it once),
+  ``run_requeue_plan`` (the runner task's body)
 - ``follow_up``: where a plan's requeued rows are now (recovered, failed again, pending)
 - ``sweep``: re-sending work whose enqueue was lost (called by ``repair_tick``)
+
+Work leaves through ``receipts_app.enqueue``; nothing here imports the tasks.
 """
 
 from .engine import (
@@ -18,32 +25,17 @@ from .engine import (
 from .follow_up import PlanFollowUp, plan_follow_up
 from .plans import (
     create_requeue_plan,
-    execute_requeue_plan,
     fan_out_requeue_plan,
     get_requeue_plan,
     plan_queryset,
     run_requeue_plan,
+    start_requeue_plan,
 )
-from .rules import (
-    ACKNOWLEDGEABLE_STATUSES,
-    ACKNOWLEDGED,
-    CHECKPOINT_RECOVERED,
-    CHECKPOINT_REQUEUED,
-    CHECKPOINT_SUPERSEDED,
-    RESOLVED_STATUSES,
-    Outcome,
-    available_actions,
-    classify_requeue,
-)
+from .retake import retake_checkpoint
+from .rules import Outcome, available_actions, classify_requeue
 from .sweep import sweep_lost_work
 
 __all__ = [
-    "ACKNOWLEDGEABLE_STATUSES",
-    "ACKNOWLEDGED",
-    "CHECKPOINT_RECOVERED",
-    "CHECKPOINT_REQUEUED",
-    "CHECKPOINT_SUPERSEDED",
-    "RESOLVED_STATUSES",
     "AckOutcome",
     "AcknowledgeResult",
     "Outcome",
@@ -54,12 +46,13 @@ __all__ = [
     "classify_requeue",
     "complete_checkpoint_requeue",
     "create_requeue_plan",
-    "execute_requeue_plan",
     "fan_out_requeue_plan",
     "get_requeue_plan",
     "plan_follow_up",
     "plan_queryset",
     "requeue_receipt",
+    "retake_checkpoint",
     "run_requeue_plan",
+    "start_requeue_plan",
     "sweep_lost_work",
 ]

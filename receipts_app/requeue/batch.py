@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from django.db import connection
 from django.db.models import BooleanField, F, Value
@@ -24,36 +23,21 @@ from django.db.models.functions import Greatest
 
 from opensquilla_site import timeutil
 
-from .. import audit
+from .. import audit, enqueue
 from ..audit import Actor
-from ..checkpoint import DEFAULT_SOURCE
-from ..ledger import REPAIR_QUEUE_STATUSES
 from ..models import MemoryDurableReceipt
-from . import dispatch
-from .engine import RequeueResult, requeue_event
-from .rules import (
-    CHECKPOINT_FAILED,
-    CHECKPOINT_REQUEUED,
-    CHECKPOINT_SUPERSEDED,
-    REPAIR_PENDING,
-    ROW_FACT_FIELDS,
-    TERMINAL_REPAIR_STATUSES,
-    BatchContext,
-    Outcome,
-    RowFacts,
-    decide_requeue,
-)
-
-_STALE = "stale: changed meanwhile"
+from .engine import STALE_MESSAGE, RequeueResult, requeue_event
+from .rules import ROW_FACT_FIELDS, BatchContext, Outcome, RowFacts, decide_requeue
+from .transitions import Transition, requeue_transition
 
 
 @dataclass
 class _Move:
-    """One row the batch moves: where it goes, and the result if the move lands."""
+    """One row the batch moves: its transition, and the result if the move lands."""
 
     row: RowFacts
+    transition: Transition
     result: RequeueResult
-    message: dispatch.Message | None = None
 
 
 def requeue_batch(
@@ -82,7 +66,9 @@ def requeue_batch(
         now = timeutil.now_ms()
         context = BatchContext(locked.values())
         results: dict[int, RequeueResult] = {}
-        groups: dict[str, list[_Move]] = {}
+        # Rows with equal transitions (status and columns) share one UPDATE; each superseded
+        # row links to its own saved checkpoint, so those group by link.
+        groups: dict[tuple[str, tuple[tuple[str, object], ...]], list[_Move]] = {}
         for pk, receipt_id in targets:
             row = locked.get(pk)
             if row is None:
@@ -91,18 +77,14 @@ def requeue_batch(
                 )
                 continue
             outcome, text, saved_id = decide_requeue(row, now_ms=now, context=context)
-            target = _target_status(row, outcome)
-            if target is None:
+            move = requeue_transition(row, outcome, now_ms=now, superseded_by=saved_id)
+            if move is None:
                 results[pk] = RequeueResult(row.receipt_id, outcome, text, row.status)
                 continue
-            move = _Move(row, RequeueResult(row.receipt_id, outcome, text, target))
-            if target == CHECKPOINT_SUPERSEDED:
-                move.result.superseded_by = saved_id
-                # Each superseded row links to its own saved checkpoint: one key per link.
-                groups.setdefault(f"{target}:{saved_id}", []).append(move)
-            else:
-                move.message = _follow_up(row, target)
-                groups.setdefault(target, []).append(move)
+            result = RequeueResult(row.receipt_id, outcome, text, move.status)
+            if outcome is Outcome.SUPERSEDED:
+                result.superseded_by = saved_id
+            groups.setdefault((move.status, move.columns), []).append(_Move(row, move, result))
         for moves in groups.values():
             _apply(moves, now, results)
         _enqueue_landed(targets, results, groups)
@@ -122,41 +104,6 @@ def requeue_batch(
         return [results[pk] for pk, _rid in targets]
 
 
-def _target_status(row: RowFacts, outcome: Outcome) -> str | None:
-    if outcome is Outcome.SUPERSEDED:
-        return CHECKPOINT_SUPERSEDED
-    if outcome is not Outcome.REQUEUED:
-        return None
-    if row.status == CHECKPOINT_FAILED:
-        return CHECKPOINT_REQUEUED
-    if row.status in TERMINAL_REPAIR_STATUSES or row.status in REPAIR_QUEUE_STATUSES:
-        return REPAIR_PENDING
-    raise AssertionError(f"no requeue transition for {row.status}")  # pragma: no cover
-
-
-def _follow_up(row: RowFacts, target: str) -> dispatch.Message:
-    if target == CHECKPOINT_REQUEUED:
-        return dispatch.checkpoint_message(
-            row.session_key, turn_id=row.turn_id, requeue_of=row.receipt_id, source=DEFAULT_SOURCE
-        )
-    return dispatch.repair_message(row.receipt_id)
-
-
-def _fields(move: _Move, now: int) -> dict[str, Any]:
-    """The columns a move writes; ``updated_at`` as in ``engine._next_stamp``."""
-    stamp = Greatest(Value(now), F("updated_at") + 1)
-    target = move.result.status
-    if target == CHECKPOINT_SUPERSEDED:
-        return {
-            "status": target,
-            "resolved_by_receipt_id": move.result.superseded_by,
-            "updated_at": stamp,
-        }
-    if target == CHECKPOINT_REQUEUED:
-        return {"status": target, "resolved_by_receipt_id": None, "updated_at": stamp}
-    return {"status": target, "next_retry_at_ms": now, "attempt_count": 0, "updated_at": stamp}
-
-
 def _still_as_read(moves: list[_Move]) -> RawSQL:
     """``(id, status, updated_at) IN (VALUES …)``: the per-row compare-and-set as one condition.
 
@@ -174,8 +121,10 @@ def _still_as_read(moves: list[_Move]) -> RawSQL:
 
 def _apply(moves: list[_Move], now: int, results: dict[int, RequeueResult]) -> None:
     """One conditional UPDATE for rows going to the same place; a row that misses is stale."""
+    # The stamp is ``engine._next_stamp`` in SQL: every row gets its own ``updated_at + 1``.
+    stamp = Greatest(Value(now), F("updated_at") + 1)
     moved = MemoryDurableReceipt.objects.filter(_still_as_read(moves)).update(
-        **_fields(moves[0], now)
+        **moves[0].transition.update(stamp)
     )
     landed = {m.row.pk for m in moves}
     if moved != len(moves):
@@ -193,20 +142,25 @@ def _apply(moves: list[_Move], now: int, results: dict[int, RequeueResult]) -> N
             results[move.row.pk] = move.result
         else:
             results[move.row.pk] = RequeueResult(
-                move.row.receipt_id, Outcome.STALE, _STALE, move.row.status
+                move.row.receipt_id, Outcome.STALE, STALE_MESSAGE, move.row.status
             )
 
 
 def _enqueue_landed(
     targets: Sequence[tuple[int, str]],
     results: dict[int, RequeueResult],
-    groups: dict[str, list[_Move]],
+    groups: dict[tuple[str, tuple[tuple[str, object], ...]], list[_Move]],
 ) -> None:
     """Queue the follow-up of every row that moved, in the batch's order, after commit."""
-    messages = {m.row.pk: m.message for moves in groups.values() for m in moves if m.message}
+    messages = {
+        m.row.pk: m.transition.follow_up
+        for moves in groups.values()
+        for m in moves
+        if m.transition.follow_up is not None
+    }
     ordered = [
         pk for pk, _rid in targets if pk in messages and results[pk].outcome is not Outcome.STALE
     ]
-    task_ids = dispatch.enqueue_many_on_commit([messages[pk] for pk in ordered])  # type: ignore[misc]
+    task_ids = enqueue.send_many([messages[pk] for pk in ordered])
     for pk, task_id in zip(ordered, task_ids, strict=True):
         results[pk].task_id = task_id

@@ -17,28 +17,25 @@ from typing import Any
 from django.db import transaction
 
 from opensquilla_site import timeutil
+from opensquilla_site.exceptions import GenerationChanged
 
-from .. import audit
+from .. import audit, enqueue
 from ..audit import Actor
-from ..checkpoint import DEFAULT_SOURCE
-from ..ledger import REPAIR_QUEUE_STATUSES
 from ..models import MemoryDurableReceipt, ReceiptEvent
-from . import dispatch
-from .rules import (
+from ..statuses import (
     ACKNOWLEDGEABLE_STATUSES,
     ACKNOWLEDGED,
     CHECKPOINT_FAILED,
     CHECKPOINT_RECOVERED,
     CHECKPOINT_REQUEUED,
-    CHECKPOINT_SUPERSEDED,
-    ON_DEMAND,
-    REPAIR_PENDING,
-    TERMINAL_REPAIR_STATUSES,
-    Outcome,
-    decide_requeue,
 )
+from .rules import ON_DEMAND, Outcome, decide_requeue
+from .transitions import requeue_transition
 
 logger = logging.getLogger(__name__)
+
+# The row moved between the locked read and the conditional UPDATE (never under the lock).
+STALE_MESSAGE = "stale: changed meanwhile"
 
 
 @dataclass
@@ -113,7 +110,7 @@ def requeue_receipt(
     expected_updated_at: int | None = None,
     plan_id: str | None = None,
 ) -> RequeueResult:
-    """Requeue one receipt by PRODUCT.md 3 and record the outcome, whatever it is.
+    """Requeue one receipt by docs/STATUSES.md#requeue-outcomes and record the outcome, whatever it is.
 
     Terminal repairs (and repair rows waiting on a backoff) go back to ``repair_pending``,
     due now, with ``attempt_count = 0``: a fresh budget of four attempts, exactly what a
@@ -140,35 +137,14 @@ def _apply_requeue(row: MemoryDurableReceipt) -> RequeueResult:
     now = timeutil.now_ms()
     outcome, message, saved_id = decide_requeue(row, now_ms=now, context=ON_DEMAND)
     rid = row.receipt_id
-    stamp = _next_stamp(row.updated_at)
-    if outcome is Outcome.SUPERSEDED:
-        if not _cas_update(
-            row,
-            status=CHECKPOINT_SUPERSEDED,
-            resolved_by_receipt_id=saved_id,
-            updated_at=stamp,
-        ):
-            return RequeueResult(rid, Outcome.STALE, "stale: changed meanwhile", row.status)
-        return RequeueResult(rid, outcome, message, CHECKPOINT_SUPERSEDED, superseded_by=saved_id)
-    if outcome is not Outcome.REQUEUED:
+    move = requeue_transition(row, outcome, now_ms=now, superseded_by=saved_id)
+    if move is None:
         return RequeueResult(rid, outcome, message, row.status)
-    if row.status == CHECKPOINT_FAILED:
-        if not _cas_update(
-            row, status=CHECKPOINT_REQUEUED, resolved_by_receipt_id=None, updated_at=stamp
-        ):
-            return RequeueResult(rid, Outcome.STALE, "stale: changed meanwhile", row.status)
-        task_id = dispatch.enqueue_checkpoint(
-            row.session_key, turn_id=row.turn_id, requeue_of=rid, source=DEFAULT_SOURCE
-        )
-        return RequeueResult(rid, outcome, message, CHECKPOINT_REQUEUED, task_id=task_id)
-    if row.status in TERMINAL_REPAIR_STATUSES or row.status in REPAIR_QUEUE_STATUSES:
-        if not _cas_update(
-            row, status=REPAIR_PENDING, next_retry_at_ms=now, attempt_count=0, updated_at=stamp
-        ):
-            return RequeueResult(rid, Outcome.STALE, "stale: changed meanwhile", row.status)
-        task_id = dispatch.enqueue_repair(rid)
-        return RequeueResult(rid, outcome, message, REPAIR_PENDING, task_id=task_id)
-    raise AssertionError(f"no requeue transition for {row.status}")  # pragma: no cover
+    if not _cas_update(row, **move.update(_next_stamp(row.updated_at))):
+        return RequeueResult(rid, Outcome.STALE, STALE_MESSAGE, row.status)
+    task_id = enqueue.send(move.follow_up) if move.follow_up is not None else None
+    superseded_by = saved_id if outcome is Outcome.SUPERSEDED else None
+    return RequeueResult(rid, outcome, message, move.status, superseded_by, task_id)
 
 
 def _record_requeue(
@@ -231,7 +207,9 @@ def complete_checkpoint_requeue(
             )
             return
         if saved is not None and error is None and saved.session_id != row.session_id:
-            error = KeyError(f"Session generation changed: {row.session_key}")
+            # The checkpoint was taken of a later generation (a reset landed mid-task): it
+            # does not hold what the requeued row failed to save.
+            error = GenerationChanged(row.session_key)
         from_status = row.status
         if error is None and saved is not None:
             if row.status != CHECKPOINT_REQUEUED:
@@ -312,7 +290,7 @@ def _apply_acknowledge(
         message = f"only terminal failures can be acknowledged; this one is {status}"
         return AcknowledgeResult(rid, AckOutcome.NOT_ACKNOWLEDGEABLE, message, status, status)
     if not _cas_update(row, status=ACKNOWLEDGED, updated_at=_next_stamp(row.updated_at)):
-        return AcknowledgeResult(rid, AckOutcome.STALE, "stale: changed meanwhile", status, status)
+        return AcknowledgeResult(rid, AckOutcome.STALE, STALE_MESSAGE, status, status)
     return AcknowledgeResult(
         rid, AckOutcome.ACKNOWLEDGED, f"acknowledged ({status})", ACKNOWLEDGED, status
     )

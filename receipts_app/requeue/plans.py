@@ -16,30 +16,34 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 
 from opensquilla_site import timeutil
 from opensquilla_site.exceptions import ValidationFailed
+from opensquilla_site.pagination import keyset_after
 
+from .. import enqueue
 from ..audit import Actor
 from ..models import MemoryDurableReceipt, RequeuePlan
 from ..selectors import ReceiptFilter, filter_receipts
-from . import dispatch
 from .batch import requeue_batch
 from .rules import ROW_FACT_FIELDS, BatchContext, RowFacts, classify_requeue
 
 logger = logging.getLogger(__name__)
 
 ACTIVE_STATES = ("queued", "running", "done")
-_ALIASES = {"reason_contains": "reason", "statuses": "status", "scopes": "scope"}
 _PREVIEW_BATCH = 1000
 # A plan gets one more runner per this many rows left, up to the caller's maximum.
 _ROWS_PER_EXTRA_RUNNER = 2000
 
 
 def _freeze_filters(filters: dict[str, Any]) -> dict[str, Any]:
-    """Normalise through the shared selector, so the plan selects what the console showed."""
-    params = {_ALIASES.get(k, k): v for k, v in (filters or {}).items()}
+    """Normalise through the shared selector, so the plan selects what the console showed.
+
+    A plan stores ``ReceiptFilter.to_params()``: the same query parameters the API, the CLI
+    and the console's URLs use, parsed back by ``ReceiptFilter.from_params``.
+    """
+    params = dict(filters or {})
     unknown = sorted(set(params) - set(ReceiptFilter.PARAMS))
     if unknown:
         raise ValidationFailed(f"unknown filter keys: {', '.join(unknown)}")
@@ -111,11 +115,8 @@ def create_requeue_plan(
 def _after(qs: QuerySet[Any, Any], created_at: int | None, pk: int | None) -> QuerySet[Any, Any]:
     if created_at is None or pk is None:
         return qs
-    # The redundant ``created_at >= cursor`` is what an index can seek to; the OR alone
-    # makes PostgreSQL scan from the start of the ordering index on every batch.
-    return qs.filter(
-        Q(created_at__gte=created_at),
-        Q(created_at__gt=created_at) | Q(created_at=created_at, id__gt=pk),
+    return keyset_after(
+        qs, order_field="created_at", value=created_at, tie_value=pk, newest_first=False
     )
 
 
@@ -137,8 +138,9 @@ def get_requeue_plan(plan_id: str) -> RequeuePlan:
     return plan
 
 
-def execute_requeue_plan(*, plan_id: str, actor: Actor) -> RequeuePlan:
-    """Queue the plan's execution once. A queued, running or done plan is returned as is.
+def start_requeue_plan(*, plan_id: str, actor: Actor) -> RequeuePlan:
+    """Queue the plan's execution once (a ``run_requeue_plan`` task runs it). A queued,
+    running or done plan is returned as is.
 
     A failed plan may be executed again; it resumes from its cursor.
     """
@@ -152,7 +154,7 @@ def execute_requeue_plan(*, plan_id: str, actor: Actor) -> RequeuePlan:
         plan.error = ""
         plan.updated_at = timeutil.now_ms()
         plan.save(update_fields=["state", "error", "updated_at"])
-        dispatch.enqueue_plan(plan.plan_id)
+        enqueue.send(enqueue.plan_runner_message(plan.plan_id))
         logger.info("requeue plan %s queued by %s@%s", plan_id, actor.name, actor.surface)
     return plan
 
@@ -175,14 +177,14 @@ def fan_out_requeue_plan(plan_id: str, *, runners: int) -> int:
     remaining = max(0, plan["total"] - plan["processed"])
     extra = max(0, min(runners - 1, remaining // _ROWS_PER_EXTRA_RUNNER))
     for _ in range(extra):
-        dispatch.enqueue_on_commit("execute_requeue_plan", plan_id, fan_out=False)
+        enqueue.send(enqueue.plan_runner_message(plan_id, fan_out=False))
     return extra
 
 
 def run_requeue_plan(
     plan_id: str, *, batch_size: int = 500, time_budget_s: float | None = None
 ) -> RequeuePlan:
-    """Execute the plan's remaining batches (the body of the ``execute_requeue_plan`` task).
+    """Execute the plan's remaining batches (the body of the ``run_requeue_plan`` task).
 
     Returns with ``state == "running"`` when ``time_budget_s`` ran out between batches; the
     task then re-enqueues itself. A batch that raises marks the plan ``failed`` with the

@@ -1,4 +1,4 @@
-"""What a requeue or an acknowledge WOULD do to one receipt (PRODUCT.md 3). No writes.
+"""What a requeue or an acknowledge WOULD do to one receipt (docs/STATUSES.md#requeue-outcomes). No writes.
 
 The same rules serve the dry run of a plan, the console's action buttons and the requeue
 itself, so an operator is never shown an outcome the engine would not produce.
@@ -16,43 +16,19 @@ from django.db.models.functions import Coalesce
 from opensquilla_site import timeutil
 from sessions_app.models import Session
 
+from ..ledger import live_session_id
 from ..models import MemoryDurableReceipt
 from ..statuses import (
-    ACKNOWLEDGEABLE_STATUSES as ACKNOWLEDGEABLE_STATUSES,
-)
-from ..statuses import (
-    ACKNOWLEDGED as ACKNOWLEDGED,
-)
-from ..statuses import (
-    CHECKPOINT_FAILED as CHECKPOINT_FAILED,
-)
-from ..statuses import (
-    CHECKPOINT_RECOVERED as CHECKPOINT_RECOVERED,
-)
-from ..statuses import (
-    CHECKPOINT_REQUEUED as CHECKPOINT_REQUEUED,
-)
-from ..statuses import (
-    CHECKPOINT_SAVED as CHECKPOINT_SAVED,
-)
-from ..statuses import (
-    CHECKPOINT_SUPERSEDED as CHECKPOINT_SUPERSEDED,
-)
-from ..statuses import (
-    REPAIR_PENDING as REPAIR_PENDING,
-)
-from ..statuses import REPAIR_QUEUE_STATUSES
-from ..statuses import (
-    REPAIR_RUNNING as REPAIR_RUNNING,
-)
-from ..statuses import (
-    RESOLVED_STATUSES as RESOLVED_STATUSES,
-)
-from ..statuses import (
-    SUCCESS_STATUSES as SUCCESS_STATUSES,
-)
-from ..statuses import (
-    TERMINAL_REPAIR_STATUSES as TERMINAL_REPAIR_STATUSES,
+    ACKNOWLEDGEABLE_STATUSES,
+    ACKNOWLEDGED,
+    CHECKPOINT_FAILED,
+    CHECKPOINT_REQUEUED,
+    CHECKPOINT_SAVED,
+    REPAIR_QUEUE_STATUSES,
+    REPAIR_RUNNING,
+    RESOLVED_STATUSES,
+    SUCCESS_STATUSES,
+    TERMINAL_REPAIR_STATUSES,
 )
 
 
@@ -94,15 +70,9 @@ def find_superseding_checkpoint(receipt: Receipt) -> MemoryDurableReceipt | None
     )
 
 
-def _live_session_id(session_key: str) -> str | None:
-    return (
-        Session.objects.filter(session_key=session_key).values_list("session_id", flat=True).first()
-    )
-
-
 def checkpoint_fence(receipt: Receipt) -> str | None:
     """Why a checkpoint cannot be retaken for the row's generation, or None when it can."""
-    return _fence_reason(receipt, _live_session_id(receipt.session_key))
+    return _fence_reason(receipt, live_session_id(receipt.session_key))
 
 
 def _fence_reason(receipt: Receipt, live: str | None) -> str | None:
@@ -157,7 +127,7 @@ class _OnDemand:
         return saved.receipt_id if saved is not None else None
 
     def live_session_id(self, session_key: str) -> str | None:
-        return _live_session_id(session_key)
+        return live_session_id(session_key)
 
 
 ON_DEMAND: RequeueContext = _OnDemand()

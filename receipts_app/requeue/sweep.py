@@ -14,11 +14,10 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
-from .. import audit
+from .. import audit, enqueue
 from ..checkpoint import DEFAULT_SOURCE
 from ..models import MemoryDurableReceipt, RequeuePlan
-from . import dispatch
-from .rules import CHECKPOINT_REQUEUED
+from ..statuses import CHECKPOINT_REQUEUED
 
 LOST_AFTER_MS = 10 * 60 * 1000
 # A running plan saves progress after every batch; silence this long means its worker died.
@@ -49,8 +48,10 @@ def _sweep_checkpoints(now_ms: int) -> list[str]:
             ).update(updated_at=max(now_ms, updated_at + 1))
             if not claimed:
                 continue
-            task_id = dispatch.enqueue_checkpoint(
-                session_key, turn_id=turn_id, requeue_of=receipt_id, source=DEFAULT_SOURCE
+            task_id = enqueue.send(
+                enqueue.checkpoint_message(
+                    session_key, turn_id=turn_id, requeue_of=receipt_id, source=DEFAULT_SOURCE
+                )
             )
             audit.record_event(
                 receipt_id=receipt_id,
@@ -83,6 +84,6 @@ def _sweep_plans(now_ms: int) -> list[str]:
             ).update(updated_at=max(now_ms, updated_at + 1))
             if not claimed:
                 continue
-            dispatch.enqueue_plan(plan_id)
+            enqueue.send(enqueue.plan_runner_message(plan_id))
         resent.append(plan_id)
     return resent

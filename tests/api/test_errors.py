@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from opensquilla_site.exceptions import GenerationChanged
 from tests.api.conftest import assert_error
 
 pytestmark = pytest.mark.django_db
@@ -22,13 +23,20 @@ def test_an_unexpected_exception_is_a_500_without_a_stack_trace(reader, monkeypa
     assert any("secret internals" in (r.exc_text or "") or r.exc_info for r in caplog.records)
 
 
-def test_a_generation_fence_key_error_is_409_and_a_plain_one_404(operator, monkeypatch):
+def test_a_generation_fence_is_409_and_a_plain_key_error_404(operator, monkeypatch):
     def fenced(*args, **kwargs):
-        raise KeyError("Session generation changed: agent:main:x")
+        raise GenerationChanged("agent:main:x")
 
     monkeypatch.setattr("receipts_app.api.requeue.requeue_receipt", fenced)
     body = assert_error(operator.post("/receipts/any/requeue"), 409, "generation_changed")
     assert body["detail"] == "Session generation changed: agent:main:x"
+
+    def missing(*args, **kwargs):
+        # The same words in a plain KeyError are not a fence: errors are mapped by type.
+        raise KeyError("Session generation changed: agent:main:x")
+
+    monkeypatch.setattr("receipts_app.api.requeue.requeue_receipt", missing)
+    assert_error(operator.post("/receipts/any/requeue"), 404, "not_found")
 
 
 def test_unknown_fields_in_a_body_are_listed(operator):

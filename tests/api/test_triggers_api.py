@@ -6,7 +6,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from receipts_app import checkpoint
+from receipts_app.checkpoint import writer as checkpoint_writer
 from receipts_app.models import MemoryDurableReceipt, ReceiptEvent
 from tests.api.conftest import API, assert_error
 from tests.factories import make_session
@@ -22,7 +22,7 @@ def test_checkpoint_is_queued_after_commit_with_a_task_id_and_a_link(
     make_session(KEY, messages=2)
     sent = []
     monkeypatch.setattr(
-        "receipts_app.requeue.dispatch._send",
+        "receipts_app.enqueue._send",
         lambda name, task_id, a, kw: sent.append((name, task_id, a)),
     )
     with django_capture_on_commit_callbacks(execute=True):
@@ -61,7 +61,7 @@ def test_checkpoint_wait_returns_the_failure_receipt(operator, workspace, monkey
     def broken(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(checkpoint, "append_checkpoint_events", broken)
+    monkeypatch.setattr(checkpoint_writer, "append_checkpoint_events", broken)
     response = operator.post(f"/sessions/{KEY}/checkpoints?wait=true")
     assert response.status_code == 200
     assert response.json()["status"] == "checkpoint_failed"
@@ -82,7 +82,7 @@ def test_flush_is_queued_with_a_task_id(operator, monkeypatch, django_capture_on
     make_session(KEY, messages=2)
     sent = []
     monkeypatch.setattr(
-        "receipts_app.requeue.dispatch._send",
+        "receipts_app.enqueue._send",
         lambda name, task_id, a, kw: sent.append((name, task_id)),
     )
     with django_capture_on_commit_callbacks(execute=True):

@@ -149,7 +149,7 @@ def test_operator_walkthrough(page, live_server, start_worker, shared_workspaces
     page.wait_for_selector('[data-plan-state="done"]', timeout=WORKER_WAIT_MS)
     assert page.get_by_text("12 of 12 processed").is_visible()
     screenshot(page, "06-requeue-plan-done")
-    assert "receipts_app.tasks.execute_requeue_plan" in worker.log()
+    assert "receipts_app.tasks.run_requeue_plan" in worker.log()
     plan = RequeuePlan.objects.get()
     assert plan.state == "done" and plan.result_counts.get("requeued") == 12
     assert (

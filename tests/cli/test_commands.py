@@ -163,7 +163,7 @@ def test_requeue_executes_the_plan_and_records_the_cli_actor(
     assert MemoryDurableReceipt.objects.get(pk=abandoned.pk).status == "repair_pending"
     events = ReceiptEvent.objects.filter(outcome="requeued")
     assert {(e.actor, e.surface, e.reason) for e in events} == {("frank", "cli", "disk replaced")}
-    assert sorted(name for name, *_ in sent if name != "execute_requeue_plan") == [
+    assert sorted(name for name, *_ in sent if name != "run_requeue_plan") == [
         "checkpoint_session",
         "repair_receipt",
     ]
@@ -252,7 +252,10 @@ def test_seed_demo_is_idempotent_and_covers_every_status(tmp_path, settings, mon
         ),
         (("export_receipts", "--filter", "colour=red"), "unknown filter keys: colour"),
         (("export_receipts", "--filter", "status"), "--filter expects KEY=VALUE"),
-        (("export_receipts", "--created-from", "last week"), "epoch milliseconds or an ISO date"),
+        (
+            ("export_receipts", "--created-from", "last week"),
+            "created_from must be epoch milliseconds or an ISO 8601 date",
+        ),
         (
             ("export_receipts", "--output", "/nonexistent/dir/x.jsonl"),
             "output directory does not exist",

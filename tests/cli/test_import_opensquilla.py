@@ -1,4 +1,4 @@
-"""Importing the real OpenSquilla 0.3.0 database and workspace (``../shared/golden``)."""
+"""Importing the real OpenSquilla 0.3.0 database and workspace (``tests/golden/opensquilla-0.3.0``)."""
 
 from __future__ import annotations
 

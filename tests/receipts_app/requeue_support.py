@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from receipts_app.requeue import dispatch
+from receipts_app import enqueue
 from tests.factories import make_receipt
 
 OPERATOR = "alice"
@@ -20,7 +20,7 @@ def sent_fixture(monkeypatch) -> list[tuple[str, tuple[Any, ...], dict[str, Any]
     def record(task_name, task_id, args, kwargs):
         messages.append((task_name, tuple(args), dict(kwargs), task_id))
 
-    monkeypatch.setattr(dispatch, "_send", record)
+    monkeypatch.setattr(enqueue, "_send", record)
     return messages
 
 

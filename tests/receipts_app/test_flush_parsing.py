@@ -1,4 +1,4 @@
-"""Parsing the model's answer into a flush proposal (DOMAIN.md 6.3)."""
+"""Parsing the model's answer into a flush proposal (docs/UPSTREAM.md#provider-output)."""
 
 from __future__ import annotations
 

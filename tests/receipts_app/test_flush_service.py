@@ -1,4 +1,4 @@
-"""SessionFlushService: every result_status, its ledger rows, ordering and guards (DOMAIN.md 6).
+"""SessionFlushService: every result_status, its ledger rows, ordering and guards (docs/UPSTREAM.md#flush).
 
 The "ledger" here is an in-memory list fed by receipt_writer, so none of these tests need a
 database; the DB-backed writer is tested with the ledger itself.

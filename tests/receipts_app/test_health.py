@@ -1,4 +1,4 @@
-"""Ledger-derived health (DOMAIN.md 9.4) with this product's resolved statuses."""
+"""Ledger-derived health (docs/UPSTREAM.md#health) with this product's resolved statuses."""
 
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ def test_an_empty_ledger_is_ok_and_healthy():
         "status": "healthy",
         "repairBacklogCount": 0,
         "oldestRepairCreatedAt": None,
+        "filter": {"agent": "main", "status": ["repair_pending", "distill_failed", "flush_failed"]},
     }
+    assert health["terminalRepairs"]["count"] == 0
 
 
 @pytest.mark.parametrize(
@@ -73,8 +75,7 @@ def test_health_is_scoped_to_the_agent_prefix():
     assert memory_health(None)["memorySafety"]["status"] == "error"
 
 
-def test_only_the_thousand_most_recent_rows_are_checked():
-    make_receipt(session_key=MAIN, status="checkpoint_failed", created_at=now_ms() - DAY_MS)
+def _thousand_recent_flushes() -> None:
     ledger.bulk_upsert_memory_durable_receipts(
         [
             MemoryDurableReceipt(
@@ -87,8 +88,46 @@ def test_only_the_thousand_most_recent_rows_are_checked():
             for i in range(1000)
         ]
     )
+
+
+def test_the_hash_mismatch_heuristic_reads_only_the_thousand_most_recent_rows():
+    make_receipt(
+        session_key=MAIN,
+        status="flush_appended",
+        reason="hash mismatch on reread",
+        created_at=now_ms() - DAY_MS,
+    )
+    _thousand_recent_flushes()
     safety = memory_health("main")["memorySafety"]
-    assert (safety["status"], safety["rowsChecked"]) == ("ok", 1000)
+    assert (safety["status"], safety["rowsChecked"], safety["hashMismatchCount"]) == ("ok", 1000, 0)
+
+
+def test_a_failed_checkpoint_does_not_age_out_of_memory_safety():
+    # Upstream forgets it after 1000 newer rows; here it stays at risk until it is resolved.
+    old = make_receipt(session_key=MAIN, status="checkpoint_failed", created_at=now_ms() - DAY_MS)
+    _thousand_recent_flushes()
+    safety = memory_health("main")["memorySafety"]
+    assert (safety["status"], safety["errorCount"]) == ("error", 1)
+    assert safety["sampleReceiptIds"] == [old.receipt_id]
+
+
+def test_each_count_comes_with_the_filter_that_lists_it():
+    make_receipt(session_key=MAIN, status="checkpoint_requeued")
+    make_receipt(session_key=MAIN, scope="repair", status="flush_failed")
+    make_receipt(session_key=MAIN, scope="repair", status="repair_abandoned")
+    health = memory_health("main")
+    assert health["memorySafety"]["filter"] == {
+        "agent": "main",
+        "status": ["checkpoint_failed", "checkpoint_requeued", "receipt_orphaned", "hash_mismatch"],
+    }
+    assert health["semanticMemory"]["filter"] == {
+        "agent": "main",
+        "status": ["repair_pending", "distill_failed", "flush_failed"],
+    }
+    assert health["terminalRepairs"] == {
+        "count": 1,
+        "filter": {"agent": "main", "status": ["repair_failed", "repair_abandoned"]},
+    }
 
 
 def test_a_small_fresh_backlog_is_degraded():

@@ -1,4 +1,4 @@
-"""The repair worker: attempt accounting, claims, archive repair, sidecars, legacy import."""
+"""The repair worker: accounting, claims, archive repair, sidecars, legacy import, agents, summaries."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 
 from receipts_app import flush_runtime, ledger, repair
 from receipts_app.flush import FlushReceipt
 from receipts_app.models import MemoryDurableReceipt, ReceiptEvent
-from tests.factories import make_receipt
+from sessions_app.models import CompactedTranscriptEntry, CompactionSummary
+from tests.factories import make_receipt, make_session
 
 pytestmark = pytest.mark.django_db
 
@@ -450,3 +452,123 @@ def test_two_concurrent_repairs_claim_a_row_once(workspaces, good_provider):
     assert [r["status"] for r in results if r["status"] != "skipped"] == ["repaired"]
     assert reload(row).status == "repair_done"
     assert ReceiptEvent.objects.filter(receipt_id=row.receipt_id, action="claim").count() == 1
+
+
+# --- which agents the tick scans; degraded compaction summaries ----------------------------
+
+LEGACY = "memory/.raw_fallbacks/{}"
+
+
+def _legacy_rows(agent: str) -> list[MemoryDurableReceipt]:
+    return list(MemoryDurableReceipt.objects.filter(session_key__startswith=f"agent:{agent}:"))
+
+
+def test_tick_imports_legacy_archives_of_a_configured_agent_without_rows(
+    workspaces, good_provider, settings
+):
+    settings.OPENSQUILLA_AGENTS = ["Ops%"]
+    write_archive(workspaces / "ops", "legacy.md")
+
+    summary = repair.run_repair_tick()
+
+    assert "ops" in summary["agents"]
+    rows = _legacy_rows("ops")
+    assert [(r.session_key, r.source_path, r.status) for r in rows] == [
+        ("agent:ops:memory-repair:legacy-raw", LEGACY.format("legacy.md"), "repair_done")
+    ]
+
+
+def test_tick_finds_agents_from_sessions_and_workspace_directories(workspaces, good_provider):
+    make_session("agent:research:webchat:s1")
+    write_archive(workspaces / "research", "r.md")
+    write_archive(workspaces / "nightly", "n.md")
+    # A directory whose name is not a normalised agent id is not an agent.
+    write_archive(workspaces / "Odd Name", "x.md")
+
+    summary = repair.run_repair_tick()
+
+    assert {"main", "nightly", "research"} <= set(summary["agents"])
+    assert "Odd Name" not in summary["agents"]
+    assert [r.status for r in _legacy_rows("research")] == ["repair_done"]
+    assert [r.status for r in _legacy_rows("nightly")] == ["repair_done"]
+
+
+def _degraded_summary(status: str = "degraded_forensic", *, entries: bool = True):
+    summary = CompactionSummary.objects.create(
+        session_id="session-17",
+        session_key="agent:main:webchat:compacted",
+        compaction_id="cmp-17",
+        trigger_reason="preflight",
+        flush_receipt_status=status,
+        removed_count=2,
+        covered_through_id=9,
+    )
+    if entries:
+        for entry_id, role, text in ((3, "user", "we deploy on fridays"), (4, "assistant", "ok")):
+            CompactedTranscriptEntry.objects.create(
+                session_id="session-17",
+                session_key=summary.session_key,
+                compaction_id="cmp-17",
+                original_entry_id=entry_id,
+                message_id=f"m{entry_id}",
+                role=role,
+                content=text,
+                created_at=1_700_000_000_000 + entry_id,
+            )
+    return summary
+
+
+def test_tick_repairs_a_degraded_compaction_summary_from_its_preimage(
+    workspaces, good_provider, monkeypatch
+):
+    summary = _degraded_summary()
+    seen = []
+    real = repair.repair_compaction_source
+
+    def spy(summary, **kwargs):
+        result = real(summary, **kwargs)
+        seen.append(result)
+        return result
+
+    monkeypatch.setattr(repair, "repair_compaction_source", spy)
+
+    tick = repair.run_repair_tick()
+
+    summary.refresh_from_db()
+    assert summary.flush_receipt_status == "repaired"
+    assert [(p["sourceType"], p["status"]) for p in tick["processed"]] == [
+        ("compaction_preimage", "repaired")
+    ]
+    assert seen[0]["entryIdRange"] == [3, 4]
+    assert seen[0]["receipt"]["turn_id"].startswith("maintenance_")
+
+
+def test_summary_without_preimage_is_marked_failed_retryable(workspaces, good_provider):
+    summary = _degraded_summary(entries=False)
+
+    tick = repair.run_repair_tick()
+
+    summary.refresh_from_db()
+    assert summary.flush_receipt_status == "failed_retryable"
+    assert [(p["status"], p["reason"]) for p in tick["processed"]] == [
+        ("failed_retryable", "missing_preimage")
+    ]
+
+
+def test_failed_summary_is_retried_only_when_selected(workspaces, good_provider, capsys):
+    summary = _degraded_summary("failed_retryable")
+
+    assert repair.run_repair_tick()["processed"] == []
+    summary.refresh_from_db()
+    assert summary.flush_receipt_status == "failed_retryable"
+
+    call_command(
+        "repair_once", "--session-key", summary.session_key, "--compaction-id", "cmp-17", "--json"
+    )
+
+    summary.refresh_from_db()
+    assert summary.flush_receipt_status == "repaired"
+    printed = json.loads(capsys.readouterr().out)
+    assert [(p["sourceType"], p["status"]) for p in printed["processed"]] == [
+        ("compaction_preimage", "repaired")
+    ]

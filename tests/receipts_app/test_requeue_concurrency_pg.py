@@ -12,9 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection
 
+from receipts_app import enqueue
 from receipts_app.audit import Actor
 from receipts_app.models import MemoryDurableReceipt, ReceiptEvent
-from receipts_app.requeue import Outcome, acknowledge_receipt, dispatch, requeue_receipt
+from receipts_app.requeue import Outcome, acknowledge_receipt, requeue_receipt
 from tests.factories import make_receipt, make_session
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
@@ -31,7 +32,7 @@ def broker(monkeypatch):
         with lock:
             messages.append((task_name, tuple(args)))
 
-    monkeypatch.setattr(dispatch, "_send", record)
+    monkeypatch.setattr(enqueue, "_send", record)
     return messages
 
 

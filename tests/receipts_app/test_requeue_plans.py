@@ -10,9 +10,9 @@ from receipts_app.audit import Actor
 from receipts_app.models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
 from receipts_app.requeue import (
     create_requeue_plan,
-    execute_requeue_plan,
     plans,
     run_requeue_plan,
+    start_requeue_plan,
 )
 from sessions_app import services as session_services
 from tests.factories import make_receipt, make_session
@@ -88,10 +88,10 @@ def test_execution_results_match_the_dry_run_and_are_audited_under_the_plan(
     plan = create_requeue_plan(filters={"status": FAILURES}, receipt_ids=None, actor=DAVE)
 
     with django_capture_on_commit_callbacks(execute=True):
-        queued = execute_requeue_plan(plan_id=plan.plan_id, actor=DAVE)
+        queued = start_requeue_plan(plan_id=plan.plan_id, actor=DAVE)
     assert queued.state == "queued"
     assert [(name, args) for name, args, _kw, _id in sent] == [
-        ("execute_requeue_plan", (plan.plan_id,))
+        ("run_requeue_plan", (plan.plan_id,))
     ]
 
     sent.clear()
@@ -115,10 +115,10 @@ def test_executing_twice_queues_once_and_running_twice_changes_nothing(
     _mixed_ledger()
     plan = create_requeue_plan(filters={"status": FAILURES}, receipt_ids=None, actor=DAVE)
     with django_capture_on_commit_callbacks(execute=True):
-        execute_requeue_plan(plan_id=plan.plan_id, actor=DAVE)
-        again = execute_requeue_plan(plan_id=plan.plan_id, actor=Actor("erin", "api"))
+        start_requeue_plan(plan_id=plan.plan_id, actor=DAVE)
+        again = start_requeue_plan(plan_id=plan.plan_id, actor=Actor("erin", "api"))
     assert again.state == "queued"
-    assert [name for name, *_ in sent] == ["execute_requeue_plan"]
+    assert [name for name, *_ in sent] == ["run_requeue_plan"]
 
     first = run_requeue_plan(plan.plan_id)
     events_after_first = ReceiptEvent.objects.count()
@@ -130,7 +130,7 @@ def test_executing_twice_queues_once_and_running_twice_changes_nothing(
     )
     assert ReceiptEvent.objects.count() == events_after_first
     with django_capture_on_commit_callbacks(execute=True):
-        execute_requeue_plan(plan_id=plan.plan_id, actor=DAVE)
+        start_requeue_plan(plan_id=plan.plan_id, actor=DAVE)
     assert RequeuePlan.objects.get(pk=plan.plan_id).state == "done"
 
 
@@ -138,7 +138,7 @@ def test_a_run_cut_short_resumes_from_its_cursor(sent):
     for _ in range(5):
         repair_row("repair_failed")
     plan = create_requeue_plan(filters={"status": "repair_failed"}, receipt_ids=None, actor=DAVE)
-    execute_requeue_plan(plan_id=plan.plan_id, actor=DAVE)
+    start_requeue_plan(plan_id=plan.plan_id, actor=DAVE)
 
     partial = run_requeue_plan(plan.plan_id, batch_size=2, time_budget_s=0)
     assert (partial.state, partial.processed) == ("running", 2)
@@ -154,7 +154,7 @@ def test_a_run_cut_short_resumes_from_its_cursor(sent):
 def test_a_failing_batch_marks_the_plan_failed_and_a_new_execution_resumes(monkeypatch, sent):
     rows = [repair_row("repair_failed") for _ in range(4)]
     plan = create_requeue_plan(filters={"status": "repair_failed"}, receipt_ids=None, actor=DAVE)
-    execute_requeue_plan(plan_id=plan.plan_id, actor=DAVE)
+    start_requeue_plan(plan_id=plan.plan_id, actor=DAVE)
     real = plans.requeue_batch
 
     def flaky(targets, **kwargs):
@@ -169,7 +169,7 @@ def test_a_failing_batch_marks_the_plan_failed_and_a_new_execution_resumes(monke
     assert failed.processed == 2  # the failing batch rolled back as a whole
 
     monkeypatch.setattr(plans, "requeue_batch", real)
-    assert execute_requeue_plan(plan_id=plan.plan_id, actor=DAVE).state == "queued"
+    assert start_requeue_plan(plan_id=plan.plan_id, actor=DAVE).state == "queued"
     done = run_requeue_plan(plan.plan_id, batch_size=2)
     assert (done.state, done.processed, done.result_counts) == ("done", 4, {"requeued": 4})
     assert set(MemoryDurableReceipt.objects.values_list("status", flat=True)) == {"repair_pending"}
@@ -182,7 +182,7 @@ def test_plan_on_explicit_receipt_ids_touches_only_those(sent):
         filters={}, receipt_ids=[r.receipt_id for r in picked], actor=DAVE, reason="these two"
     )
     assert plan.total == 2
-    execute_requeue_plan(plan_id=plan.plan_id, actor=DAVE)
+    start_requeue_plan(plan_id=plan.plan_id, actor=DAVE)
     run_requeue_plan(plan.plan_id)
     assert MemoryDurableReceipt.objects.get(pk=other.pk).status == "repair_failed"
     assert {MemoryDurableReceipt.objects.get(pk=r.pk).status for r in picked} == {"repair_pending"}
@@ -205,7 +205,7 @@ def test_plan_filters_use_the_shared_receipt_filter():
         session_key="agent:ops:cron:other", scope="repair", status="repair_failed", reason="timeout"
     )
     plan = create_requeue_plan(
-        filters={"agent": "ops", "reason_contains": "oserror", "scope": "repair"},
+        filters={"agent": "ops", "reason": "oserror", "scope": "repair"},
         receipt_ids=None,
         actor=DAVE,
     )
@@ -233,7 +233,7 @@ def test_bad_plan_input_is_rejected_before_anything_is_stored(filters, message):
 
 def test_unknown_plan_ids_raise_key_error():
     with pytest.raises(KeyError):
-        execute_requeue_plan(plan_id="missing", actor=DAVE)
+        start_requeue_plan(plan_id="missing", actor=DAVE)
     with pytest.raises(KeyError):
         run_requeue_plan("missing")
 

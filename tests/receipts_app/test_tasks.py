@@ -10,11 +10,11 @@ import pytest
 
 from opensquilla_site.celery import app as celery_app
 from opensquilla_site.timeutil import now_ms
-from receipts_app import checkpoint, flush_runtime, ledger, repair, tasks
+from receipts_app import checkpoint, enqueue, ledger, repair, tasks
 from receipts_app.audit import Actor
 from receipts_app.models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
-from receipts_app.requeue import create_requeue_plan, execute_requeue_plan, requeue_receipt
-from receipts_app.services import enqueue_checkpoint, enqueue_flush
+from receipts_app.requeue import create_requeue_plan, requeue_receipt, start_requeue_plan
+from receipts_app.services import queue_checkpoint, queue_flush
 from sessions_app import services as session_services
 from tests.factories import make_session
 
@@ -60,7 +60,7 @@ def test_checkpoint_now_queues_a_task_that_saves_a_checkpoint(
 ):
     session = make_session(messages=3)
     with django_capture_on_commit_callbacks(execute=True):
-        task_id = enqueue_checkpoint(session_key=session.session_key, actor=ALICE)
+        task_id = queue_checkpoint(session_key=session.session_key, actor=ALICE)
 
     saved = MemoryDurableReceipt.objects.get(session_key=session.session_key)
     assert (saved.status, saved.coverage_entry_count) == ("checkpoint_saved", 3)
@@ -76,12 +76,12 @@ def test_checkpoint_now_queues_a_task_that_saves_a_checkpoint(
 
 def test_checkpoint_now_rejects_unknown_sessions_and_empty_transcripts():
     with pytest.raises(KeyError, match="Session not found"):
-        enqueue_checkpoint(session_key="agent:main:webchat:nobody", actor=ALICE)
+        queue_checkpoint(session_key="agent:main:webchat:nobody", actor=ALICE)
     empty = make_session()
     with pytest.raises(ValueError, match="cannot be empty"):
-        enqueue_checkpoint(session_key=empty.session_key, actor=ALICE)
+        queue_checkpoint(session_key=empty.session_key, actor=ALICE)
     with pytest.raises(ValueError, match="cannot be empty"):
-        enqueue_flush(session_key=empty.session_key, actor=ALICE)
+        queue_flush(session_key=empty.session_key, actor=ALICE)
     assert not ReceiptEvent.objects.exists()
 
 
@@ -102,7 +102,7 @@ def test_flush_now_runs_the_flush_and_records_who_asked(
     settings.OPENSQUILLA_FLUSH_PROVIDER = "none"
     session = make_session(messages=2)
     with django_capture_on_commit_callbacks(execute=True):
-        enqueue_flush(session_key=session.session_key, actor=Actor("bob", "api"))
+        queue_flush(session_key=session.session_key, actor=Actor("bob", "api"))
 
     statuses = set(
         MemoryDurableReceipt.objects.filter(session_key=session.session_key).values_list(
@@ -211,19 +211,7 @@ def test_requeued_repair_runs_the_repair_for_that_row(
     assert repaired == [row.receipt_id]
 
 
-def test_requeue_receipts_task_requeues_each_and_reports_outcomes(monkeypatch):
-    monkeypatch.setattr(repair, "repair_one", lambda rid: {"status": "ok"})
-    rows = [repair_row("repair_failed"), repair_row("repair_done")]
-    results = tasks.requeue_receipts.delay(
-        [r.receipt_id for r in rows] + ["missing"], "svc-bot", "api", "bulk retry"
-    ).get()
-    assert [r["outcome"] for r in results] == ["requeued", "not_requeueable", "not_found"]
-    assert set(ReceiptEvent.objects.filter(action="requeue").values_list("actor", "surface")) == {
-        ("svc-bot", "api")
-    }
-
-
-def test_execute_requeue_plan_task_runs_the_plan_in_slices(
+def test_run_requeue_plan_task_runs_the_plan_in_slices(
     monkeypatch, django_capture_on_commit_callbacks
 ):
     monkeypatch.setattr(repair, "repair_one", lambda rid: {"status": "ok"})
@@ -232,7 +220,7 @@ def test_execute_requeue_plan_task_runs_the_plan_in_slices(
         repair_row("repair_failed")
     plan = create_requeue_plan(filters={"status": "repair_failed"}, receipt_ids=None, actor=ALICE)
     with django_capture_on_commit_callbacks(execute=True):
-        execute_requeue_plan(plan_id=plan.plan_id, actor=ALICE)
+        start_requeue_plan(plan_id=plan.plan_id, actor=ALICE)
     stored = RequeuePlan.objects.get(pk=plan.plan_id)
     assert (stored.state, stored.processed, stored.result_counts) == ("done", 3, {"requeued": 3})
 
@@ -240,9 +228,10 @@ def test_execute_requeue_plan_task_runs_the_plan_in_slices(
 def test_repair_tick_runs_the_worker_and_resends_lost_work(
     monkeypatch, workspace, django_capture_on_commit_callbacks
 ):
-    monkeypatch.setattr(repair, "run_repair_tick", lambda: {"processed": []})
     monkeypatch.setattr(repair, "repair_one", lambda rid: {"status": "ok"})
     session = make_session(messages=2)
+    # Due for the repair worker, but its archive is gone: the tick tries it and backs off.
+    due = repair_row("repair_pending", attempt_count=1, target_path="memory/.raw_fallbacks/gone.md")
     # A checkpoint requeue whose message never reached the broker.
     lost = ledger.upsert_memory_durable_receipt(
         MemoryDurableReceipt(
@@ -273,7 +262,10 @@ def test_repair_tick_runs_the_worker_and_resends_lost_work(
     with django_capture_on_commit_callbacks(execute=True):
         result = tasks.repair_tick.delay().get()
 
-    assert result["repair"] == {"processed": []}
+    assert [p["receiptId"] for p in result["repair"]["processed"]] == [due.receipt_id]
+    backed_off = _fresh(due)
+    assert (backed_off.status, backed_off.attempt_count) == ("repair_pending", 1)
+    assert backed_off.next_retry_at_ms is not None and backed_off.next_retry_at_ms > now_ms()
     assert result["swept"] == {
         "checkpoints_resent": [lost.receipt_id],
         "plans_resent": [plan.plan_id],
@@ -289,12 +281,23 @@ def test_repair_tick_runs_the_worker_and_resends_lost_work(
     assert again["swept"] == {"checkpoints_resent": [], "plans_resent": []}
 
 
-def test_flush_runtime_is_called_with_the_ids_it_was_given(monkeypatch):
-    calls = []
-    monkeypatch.setattr(
-        flush_runtime,
-        "flush_session",
-        lambda key, turn_id=None: calls.append((key, turn_id)) or {"ok": True},
-    )
-    assert tasks.flush_session.delay("agent:main:webchat:a", turn_id="t-1").get() == {"ok": True}
-    assert calls == [("agent:main:webchat:a", "t-1")]
+def test_flush_task_flushes_that_session_under_the_turn_id_it_was_given(workspace):
+    session = make_session(messages=2)
+    tasks.flush_session.delay(session.session_key, turn_id="t-1").get()
+    # No flush provider configured: the transcript is archived raw and a repair is queued,
+    # both rows under the session's live generation and the given turn id.
+    rows = MemoryDurableReceipt.objects.filter(session_key=session.session_key)
+    assert sorted(rows.values_list("scope", "status", "turn_id", "session_id")) == [
+        ("preimage", "preimage_saved", "t-1", session.session_id),
+        ("repair", "repair_pending", "t-1", session.session_id),
+    ]
+    archive = workspace / rows.get(scope="preimage").target_path
+    assert archive.is_file()
+
+
+def test_every_message_the_services_send_names_a_registered_task():
+    # enqueue knows the tasks only by name (it never imports tasks.py): a rename on one side
+    # must fail here, not as an unregistered task in a worker's log.
+    for short_name in enqueue.TASKS:
+        registered = celery_app.tasks[enqueue.task_name(short_name)]
+        assert registered is getattr(tasks, short_name)._get_current_object()

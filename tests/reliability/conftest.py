@@ -1,15 +1,11 @@
-"""The ``soak`` marker: long variants that run only when asked for (``pytest -m soak``).
+"""The ``soak`` marker (registered in pyproject.toml): long variants that run only when asked
+for (``pytest -m soak``, ``make soak``).
 
-Registered here until the lead adds it to pyproject.toml (``--strict-markers`` would refuse an
-unknown mark). Soak tests are deselected, not skipped, unless ``-m`` names ``soak``, so a
-service-marked soak test never counts as a skip under ``OPENSQUILLA_REQUIRE_SERVICES=1``.
+Soak tests are deselected, not skipped, unless ``-m`` names ``soak``, so a service-marked soak
+test never counts as a skip under ``OPENSQUILLA_REQUIRE_SERVICES=1``.
 """
 
 from __future__ import annotations
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "soak: long-running load variant (make soak)")
 
 
 def pytest_collection_modifyitems(config, items):

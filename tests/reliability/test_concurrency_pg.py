@@ -18,10 +18,10 @@ import pytest
 from django.db import connection
 from django.db.models import Count
 
-from receipts_app import ledger
+from receipts_app import enqueue, ledger
 from receipts_app.audit import Actor
 from receipts_app.models import MemoryDurableReceipt, ReceiptEvent
-from receipts_app.requeue import create_requeue_plan, dispatch, get_requeue_plan, run_requeue_plan
+from receipts_app.requeue import create_requeue_plan, get_requeue_plan, run_requeue_plan
 from tests.factories import make_receipt
 
 pytestmark = [
@@ -117,7 +117,7 @@ def sent(monkeypatch):
         with lock:
             messages.append((task_name, tuple(args)))
 
-    monkeypatch.setattr(dispatch, "_send", record)
+    monkeypatch.setattr(enqueue, "_send", record)
     return messages
 
 

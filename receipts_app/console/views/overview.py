@@ -6,7 +6,8 @@ from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 
 from ...health import health_by_agent
-from ...selectors import FAILURE_STATUSES, KNOWN_STATUSES, ReceiptFilter, status_counts
+from ...selectors import ReceiptFilter, status_counts
+from ...statuses import FAILURE_STATUSES, KNOWN_STATUSES
 from .. import selectors as cs
 from ..helpers import VIEW_PERM, HtmxHttpRequest, can_operate, console_view, render_page
 
@@ -20,7 +21,6 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "status_counts": [(s, counts.get(s, 0)) for s in KNOWN_STATUSES if counts.get(s)],
         "failure_statuses": FAILURE_STATUSES,
-        "failure_total": sum(counts.get(s, 0) for s in FAILURE_STATUSES),
         "scope_counts": cs.counts_by("scope"),
         "agent_counts": cs.counts_by("agent_id"),
         "health": health_by_agent(),

@@ -12,9 +12,9 @@ from django_htmx.http import trigger_client_event
 from ...models import RequeuePlan
 from ...requeue import (
     create_requeue_plan,
-    execute_requeue_plan,
     get_requeue_plan,
     plan_follow_up,
+    start_requeue_plan,
 )
 from ...selectors import ReceiptFilter
 from .. import selectors as cs
@@ -173,7 +173,7 @@ def plan_execute(request: HtmxHttpRequest, plan_id: str) -> HttpResponse:
     found = _plan_or_404(request, plan_id)
     if isinstance(found, HttpResponse):
         return found
-    plan = execute_requeue_plan(plan_id=plan_id, actor=console_actor(request))
+    plan = start_requeue_plan(plan_id=plan_id, actor=console_actor(request))
     if not request.htmx:
         return redirect(reverse("receipts:plan_detail", args=[plan.plan_id]))
     plan.refresh_from_db()  # an eager/fast worker may already have moved it on

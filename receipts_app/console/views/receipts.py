@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from django.contrib import messages
 from django.db.models import Q
-from django.http import HttpResponse, QueryDict
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -15,13 +13,11 @@ from django_htmx.http import trigger_client_event
 from opensquilla_site.exceptions import ValidationFailed
 from opensquilla_site.pagination import decode_cursor, encode_cursor
 
+from ...flush_outcome import flush_outcome_for_row
 from ...models import MemoryDurableReceipt
-from ...requeue import acknowledge_receipt, available_actions, requeue_receipt
+from ...requeue import AckOutcome, acknowledge_receipt, available_actions, requeue_receipt
 from ...requeue.rules import requeueable_receipt_ids
 from ...selectors import (
-    FAILURE_STATUSES,
-    KNOWN_SCOPES,
-    KNOWN_STATUSES,
     ReceiptFilter,
     capped_count,
     filter_receipts,
@@ -29,6 +25,7 @@ from ...selectors import (
     page_receipts,
     status_counts,
 )
+from ...statuses import FAILURE_STATUSES, KNOWN_SCOPES, KNOWN_STATUSES
 from .. import selectors as cs
 from ..helpers import (
     CHANGED_EVENT,
@@ -53,30 +50,9 @@ ROW_FRAGMENT = "receipt-row"
 DETAIL_FRAGMENT = "receipt-detail"
 
 
-RANGE_PARAMS = ("created_from", "created_to", "updated_from", "updated_to")
-
-
-def _dates_as_ms(params: QueryDict) -> QueryDict:
-    """Let operators type dates ("2025-01-31" or "2025-01-31T12:00", UTC) where the shared
-    filter takes epoch ms; anything unparseable is left for the filter to reject clearly."""
-    params = params.copy()
-    for name in RANGE_PARAMS:
-        value = (params.get(name) or "").strip()
-        if not value or value.lstrip("-").isdigit():
-            continue
-        try:
-            moment = datetime.fromisoformat(value)
-        except ValueError:
-            continue
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        params[name] = str(int(moment.timestamp() * 1000))
-    return params
-
-
 def _parse_filter(request: HtmxHttpRequest) -> tuple[ReceiptFilter | None, ValidationFailed | None]:
     try:
-        return ReceiptFilter.from_params(_dates_as_ms(request.GET)), None
+        return ReceiptFilter.from_params(request.GET), None
     except ValidationFailed as exc:
         return None, exc
 
@@ -175,6 +151,7 @@ def _detail_context(request: HtmxHttpRequest, receipt: MemoryDurableReceipt) -> 
         "version": cs.receipt_version(receipt, cs.newest_event_pk(events)),
         "related": cs.related_receipts(receipt),
         "preview": cs.receipt_preview(receipt),
+        "flush_outcome": flush_outcome_for_row(receipt),
         "actions": available_actions(receipt),
         "can_operate": can_operate(request.user),
     }
@@ -284,5 +261,5 @@ def receipt_acknowledge(request: HtmxHttpRequest, receipt_id: str) -> HttpRespon
         )
     except ValueError as exc:
         return _after_action(request, receipt_id, str(exc), False, status=400)
-    ok = str(result.outcome) == "acknowledged"
+    ok = result.outcome is AckOutcome.ACKNOWLEDGED
     return _after_action(request, receipt_id, outcome_text(result.outcome, result.message), ok)

@@ -17,7 +17,7 @@ from sessions_app.models import Session
 from sessions_app.selectors import get_session_or_404
 
 from ...selectors import current_checkpoint_coverage
-from ...services import enqueue_checkpoint, enqueue_flush
+from ...services import queue_checkpoint, queue_flush
 from .. import selectors as cs
 from ..helpers import (
     CHANGED_EVENT,
@@ -77,7 +77,7 @@ def _trigger(request: HtmxHttpRequest, kind: str) -> HttpResponse:
     session = _session(request, request.POST.get("key", ""))
     if isinstance(session, HttpResponse):
         return session
-    enqueue = enqueue_checkpoint if kind == "checkpoint" else enqueue_flush
+    enqueue = queue_checkpoint if kind == "checkpoint" else queue_flush
     try:
         task_id = enqueue(session_key=session.session_key, actor=console_actor(request))
     except (KeyError, ValueError) as exc:

@@ -14,9 +14,9 @@ from receipts_app.management import cli
 from receipts_app.models import RequeuePlan
 from receipts_app.requeue import (
     create_requeue_plan,
-    execute_requeue_plan,
     get_requeue_plan,
     run_requeue_plan,
+    start_requeue_plan,
 )
 from receipts_app.selectors import ReceiptFilter
 
@@ -73,7 +73,7 @@ class Command(BaseCommand):
             if options["dry_run"]:
                 self.stdout.write(f"dry run: nothing changed. Execute with --plan {plan.plan_id}")
                 return
-        plan = cli.call(execute_requeue_plan, plan_id=plan.plan_id, actor=actor)
+        plan = cli.call(start_requeue_plan, plan_id=plan.plan_id, actor=actor)
         if options["no_wait"]:
             self.stdout.write(f"plan {plan.plan_id} {plan.state}: the worker will execute it")
             return
