@@ -15,8 +15,8 @@ from receipts_app.models import ReceiptEvent
 from receipts_app.requeue import (
     complete_checkpoint_requeue,
     create_requeue_plan,
-    execute_requeue_plan,
     run_requeue_plan,
+    start_requeue_plan,
 )
 from tests.factories import make_receipt, make_session
 
@@ -57,9 +57,9 @@ def test_session_panel_answers_204_until_a_checkpoint_lands(viewer_client, works
     poll = _poll_url(panel, "session-memory")
     assert viewer_client.get(poll, **hx("session-memory")).status_code == 204
 
-    from receipts_app.services import perform_checkpoint
+    from receipts_app.services import take_checkpoint
 
-    perform_checkpoint(session_key=session.session_key)  # what the worker runs
+    take_checkpoint(session_key=session.session_key)  # what the worker runs
     moved = viewer_client.get(poll, **hx("session-memory"))
     assert moved.status_code == 200 and "Covered." in moved.content.decode()
 
@@ -87,7 +87,7 @@ def test_plan_follows_its_rows_to_final_outcomes(operator_client, two_failed_che
     plan = create_requeue_plan(
         filters={"status": "checkpoint_failed"}, receipt_ids=None, actor=actor
     )
-    execute_requeue_plan(plan_id=plan.plan_id, actor=actor)
+    start_requeue_plan(plan_id=plan.plan_id, actor=actor)
     run_requeue_plan(plan.plan_id)
     progress_url = reverse("receipts:plan_progress", args=[plan.plan_id])
 
