@@ -125,7 +125,9 @@ def _plan_or_404(request: HtmxHttpRequest, plan_id: str) -> RequeuePlan | HttpRe
 
 def _plan_context(request: HtmxHttpRequest, plan: RequeuePlan) -> dict:
     samples = plan.dry_run_samples or {}
-    follow_up = plan_follow_up(plan.plan_id) if plan.state in ("running", "done") else None
+    # Tallied once the plan has finished queueing its rows (one grouped query per poll); while
+    # it runs, the progress bar is the news.
+    follow_up = plan_follow_up(plan.plan_id) if plan.state == "done" else None
     return {
         "plan": plan,
         "outcomes": [
