@@ -74,30 +74,30 @@ def plan_create(request: HtmxHttpRequest) -> HttpResponse:
 @require_POST
 @console_view(VIEW_PLANS_PERM, OPERATE_PERM)
 def plan_from_group(request: HtmxHttpRequest) -> HttpResponse:
-    """A plan of exactly one overview failure group: its agent, scope, status and error
-    fingerprint, read from the same window of failures the overview showed."""
+    """A plan of exactly one overview failure group: its scope, status and error fingerprint
+    (not the reason text's longest piece, which also matches look-alike groups)."""
     post = request.POST
-    try:
-        upto = int(post.get("upto", ""))
-    except ValueError:
-        return render_error(request, "That failure group link is incomplete.", status=400)
-    group = cs.find_failure_group(
-        agent=post.get("agent", ""),
-        scope=post.get("scope", ""),
-        status=post.get("status", ""),
-        fingerprint=post.get("fingerprint", ""),
-        upto=upto,
+    scope, status = post.get("scope", ""), post.get("status", "")
+    ids = cs.failure_group_receipt_ids(
+        scope=scope, status=status, fingerprint=post.get("fingerprint", "")
     )
-    if group is None:
+    if not ids:
         return render_error(
             request,
             "That failure group has no failed receipts any more; the overview shows what is left.",
             status=409,
             title="Nothing to requeue",
         )
+    if len(ids) > cs.GROUP_PLAN_LIMIT:
+        return render_error(
+            request,
+            f"That group has more than {cs.GROUP_PLAN_LIMIT:,} receipts: plan it from the "
+            "receipts list (View), whose filter a plan can freeze.",
+            status=400,
+        )
     plan = create_requeue_plan(
-        filters=group.plan_filters,
-        receipt_ids=group.receipt_ids,
+        filters={"status": status, "scope": scope},
+        receipt_ids=ids,
         actor=console_actor(request),
         reason=_note(request),
     )

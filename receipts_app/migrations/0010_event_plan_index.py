@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('receipts_app', '0006_plan_filters_as_params'),
+        ('receipts_app', '0009_index_audit'),
     ]
 
     operations = [
