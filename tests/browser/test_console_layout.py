@@ -95,7 +95,14 @@ def _watch(page: Any) -> list[str]:
 def _check(page: Any, what: str) -> None:
     page.wait_for_load_state("networkidle")
     width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
-    assert width[0] <= width[1], f"{what}: the page scrolls sideways ({width[0]} > {width[1]})"
+    wide = page.evaluate(
+        "() => Array.from(document.querySelectorAll('main *'))"
+        ".filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1)"
+        ".slice(0, 5).map((e) => e.outerHTML.slice(0, 100))"
+    )
+    assert width[0] <= width[1], (
+        f"{what}: the page scrolls sideways ({width[0]} > {width[1]}): {wide}"
+    )
     assert page.evaluate(DEAD_BUTTONS, list(JS_ACTIONS)) == [], f"{what}: dead buttons"
 
 
