@@ -10,7 +10,8 @@ class OperationsAppConfig(AppConfig):
         # Celery signal receivers: task statistics, worker heartbeats, beat ticks.
         from receipts_app.signals import requeue_outcomes_recorded
 
-        from . import celery_signals  # noqa: F401
+        # tasks: registered in every process, since deliveries are published by name.
+        from . import celery_signals, tasks  # noqa: F401
         from .counters import count_requeue_outcomes
 
         # The requeue services announce their outcomes; /metrics counts them.

@@ -15,3 +15,7 @@ class ReceiptsAppConfig(AppConfig):
         from . import ledger
 
         session_services.register_session_purger(ledger.purge_receipts_for_session_key)
+
+        # Celery's autodiscovery only imports task modules in a worker or beat; the web process
+        # publishes by task name (receipts_app.enqueue), so its registry must hold them too.
+        from . import tasks  # noqa: F401

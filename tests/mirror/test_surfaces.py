@@ -96,3 +96,12 @@ def test_a_stopped_mirror_reports_a_lag_that_grows_for_metrics_and_alerts(gatewa
     assert state["status"] == "stopped"
     assert state["lag_seconds"] > 1_000_000  # since epoch ms 1: far behind, not 0.04 s
     assert state["checked_at"] == 1
+
+
+def test_operations_reads_the_mirror_through_mirror_states(gateway):
+    from operations_app.mirror import mirror_views
+
+    following(gateway)
+    [view] = mirror_views()
+    assert (view.source, view.state) == (str(gateway.path.resolve()), "ok")
+    assert view.checked_at is not None and view.lag_seconds is not None
