@@ -47,18 +47,9 @@ def task_name(short_name: str) -> str:
     return f"{_TASK_MODULE}.{short_name}"
 
 
-def _task(short_name: str) -> Any:
-    name = task_name(short_name)
-    if name not in app.tasks:
-        # Autodiscovery is lazy: a worker runs it at start; a web process (or a test) that has
-        # not imported the tasks yet runs it here, on its first send.
-        app.loader.import_default_modules()
-    return app.tasks[name]
-
-
 def _send(short_name: str, task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     # Celery's registry (filled by autodiscovery) finds the task; eager mode still applies.
-    task = _task(short_name)
+    task = app.tasks[task_name(short_name)]
     producer = _PRODUCER.get()
     if producer is None:
         task.apply_async(args=args, kwargs=kwargs, task_id=task_id)
