@@ -42,9 +42,12 @@ demo: .env migrate
 	$(BIN)/python manage.py seed_demo
 
 # Web (gunicorn), Celery worker and beat together on the embedded default (SQLite + filesystem broker).
+# WEB_BIND=host:port moves the web server (default 127.0.0.1:8000). Ctrl-C stops all three
+# cleanly: the recipe's shell ignores it and honcho, stopping on it, exits 130 (143 on SIGTERM),
+# which is how a run ends, not an error.
 run: demo
 	$(BIN)/python manage.py bootstrap_operator
-	$(BIN)/honcho start -f Procfile
+	@trap '' INT; $(BIN)/honcho start -f Procfile || { rc=$$?; [ $$rc -eq 130 ] || [ $$rc -eq 143 ]; }
 
 lint: install
 	$(BIN)/ruff check .

@@ -58,6 +58,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.humanize",
     "django_htmx",
+    # {% partialdef %}: a page template names its fragments, and an htmx request renders
+    # just the one it targets (receipts_app.console.helpers.render_page).
+    "template_partials",
     "django_ratelimit",
     "csp",
     "ninja",
@@ -171,6 +174,8 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# Files a browser asks for at the site root (``/favicon.ico``), served by WhiteNoise.
+WHITENOISE_ROOT = BASE_DIR / "static" / "root"
 STATIC_ROOT = VAR_DIR / "staticfiles"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

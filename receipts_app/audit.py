@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import models
+
 from opensquilla_site.timeutil import now_ms
 
 from .models import ReceiptEvent
@@ -90,3 +92,54 @@ def record_event(**kwargs: Any) -> ReceiptEvent:
 def record_events(events: Sequence[ReceiptEvent]) -> None:
     if events:
         ReceiptEvent.objects.bulk_create(events, batch_size=500)
+
+
+# --- requeues and their completion ------------------------------------------------------------
+
+REQUEUE_COMPLETE = "requeue_complete"
+
+
+def open_requeue(receipt_id: str) -> ReceiptEvent | None:
+    """The requeue that put the row back to work and has not completed yet, if any.
+
+    Its ``plan_id`` says which plan (if any) the worker's completion belongs to: the worker
+    learns it here, from the trail, so work re-sent by the sweep or redelivered by the broker
+    is attributed the same way as the original message.
+    """
+    last = (
+        ReceiptEvent.objects.filter(receipt_id=receipt_id)
+        .filter(models.Q(action="requeue", outcome="requeued") | models.Q(action=REQUEUE_COMPLETE))
+        .order_by("-created_at", "-id")
+        .first()
+    )
+    return last if last is not None and last.action == "requeue" else None
+
+
+def record_requeue_complete(
+    *,
+    receipt_id: str,
+    session_key: str,
+    from_status: str | None,
+    to_status: str,
+    outcome: str,
+    reason: str | None = None,
+    details: dict[str, Any] | None = None,
+    only_if_requeued: bool = False,
+) -> ReceiptEvent | None:
+    """The worker's final word on requeued work (``recovered`` or ``failed``), carrying the
+    plan id of the requeue it completes. With ``only_if_requeued`` nothing is recorded for
+    work no requeue is waiting on (a repair the beat found by itself)."""
+    opened = open_requeue(receipt_id)
+    if opened is None and only_if_requeued:
+        return None
+    return record_event(
+        receipt_id=receipt_id,
+        session_key=session_key,
+        action=REQUEUE_COMPLETE,
+        from_status=from_status,
+        to_status=to_status,
+        outcome=outcome,
+        reason=reason,
+        plan_id=opened.plan_id if opened is not None else None,
+        details=details,
+    )

@@ -165,6 +165,8 @@ class ReceiptEvent(models.Model):
             models.Index(fields=["created_at", "id"], name="idx_event_created"),
             models.Index(fields=["actor", "created_at"], name="idx_event_actor"),
             models.Index(fields=["surface", "action", "created_at"], name="idx_event_surface"),
+            # The audit log's plan filter and a plan's follow-up tally.
+            models.Index(fields=["plan_id", "created_at", "id"], name="idx_event_plan"),
         ]
 
     def __str__(self) -> str:

@@ -370,6 +370,17 @@ def repair_durable_receipt_source(
         final = mark_repair_attempt_failed(
             claimed, str(result.get("reason") or "repair_failed"), now, attempt_source=row
         )
+    if final.status in (REPAIR_DONE, REPAIR_ABANDONED):
+        # A requeued repair's final outcome closes its requeue (and so its plan's count).
+        audit.record_requeue_complete(
+            receipt_id=final.receipt_id,
+            session_key=final.session_key,
+            from_status=REPAIR_RUNNING,
+            to_status=final.status,
+            outcome="recovered" if final.status == REPAIR_DONE else "failed",
+            reason=final.reason if final.status == REPAIR_ABANDONED else None,
+            only_if_requeued=True,
+        )
     return {
         **base,
         **result,

@@ -14,6 +14,8 @@ from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.template import TemplateDoesNotExist
+from django.template.loader import get_template
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
@@ -42,8 +44,64 @@ def can_operate(user: Any) -> bool:
     return bool(user.is_authenticated and user.has_perm(OPERATE_PERM))
 
 
+def console_role(user: Any) -> str:
+    """The role the header shows: what the user may do here, highest first."""
+    if not user.is_authenticated:
+        return ""
+    if user.is_superuser or (user.is_staff and user.has_perm(OPERATE_PERM)):
+        return "admin"
+    if user.has_perm(OPERATE_PERM):
+        return "operator"
+    return "viewer"
+
+
 def console_actor(request: HtmxHttpRequest) -> Actor:
     return Actor(name=request.user.get_username(), surface="console")
+
+
+def render_page(
+    request: HtmxHttpRequest, template: str, context: dict[str, Any], *, status: int = 200
+) -> HttpResponse:
+    """The page, or only the fragment an htmx request asked for.
+
+    Page templates name their swappable fragments with ``{% partialdef <element-id> %}``
+    (django-template-partials), and an htmx request says which element it swaps (the
+    ``HX-Target`` id). When the page defines a partial of that name only it is rendered;
+    anything else (no htmx, no target, a target the page does not define) gets the page.
+    So no view compares target ids by hand, and a forged header can only pick one of the
+    page's own fragments.
+    """
+    name = template
+    target = request.htmx.target if getattr(request, "htmx", False) else None
+    if target:
+        try:
+            get_template(f"{template}#{target}")
+        except TemplateDoesNotExist:
+            pass
+        else:
+            name = f"{template}#{target}"
+    return render(request, name, context, status=status)
+
+
+def render_fragment(
+    request: HtmxHttpRequest,
+    template: str,
+    partial: str,
+    context: dict[str, Any],
+    *,
+    status: int = 200,
+) -> HttpResponse:
+    """One named fragment of a page (what an action re-renders after it ran)."""
+    return render(request, f"{template}#{partial}", context, status=status)
+
+
+def outcome_text(outcome: object, message: str) -> str:
+    """ "stale: status is now …", never "stale: stale: …": the services' messages often
+    start with their outcome already."""
+    label = str(outcome)
+    if message.lower().startswith(label.replace("_", " ")) or message.startswith(label):
+        return message
+    return f"{label}: {message}" if message else label
 
 
 def render_error(

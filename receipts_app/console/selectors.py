@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, F, Q, QuerySet, Value
+from django.db.models import Count, F, Max, Q, QuerySet, Value
 from django.db.models.fields import BigIntegerField
 from django.db.models.functions import Cast
 
@@ -23,6 +23,7 @@ from opensquilla_site.exceptions import ValidationFailed
 from opensquilla_site.pagination import Page, keyset_after, keyset_page
 from opensquilla_site.timeutil import now_ms
 from sessions_app.keys import normalize_agent_id
+from sessions_app.models import Session
 
 from ..counts import CountRow, per_column, receipt_counts
 from ..failure_groups import fingerprint_reason as fingerprint_reason
@@ -71,6 +72,32 @@ class FailureGroup:
         if fragment:
             params["reason"] = fragment
         return params
+
+
+# A plan of one failure group holds at most this many rows (a bigger group is planned from
+# the receipts list, whose filter a plan can freeze).
+GROUP_PLAN_LIMIT = 10_000
+
+
+def failure_group_receipt_ids(
+    *, scope: str, status: str, fingerprint: str, limit: int = GROUP_PLAN_LIMIT
+) -> list[str]:
+    """The receipts of exactly one failure group: its scope and status, and a reason whose
+    fingerprint is the group's (the same masking the groups are folded with), so a plan of
+    the group holds what the group counts and never a look-alike group's rows."""
+    rows = (
+        MemoryDurableReceipt.objects.filter(status=status, scope=scope)
+        .order_by("created_at", "id")
+        .values_list("receipt_id", "reason")
+        .iterator(chunk_size=2000)
+    )
+    found: list[str] = []
+    for receipt_id, reason in rows:
+        if fingerprint_reason(reason) == fingerprint:
+            found.append(receipt_id)
+            if len(found) > limit:
+                break
+    return found
 
 
 @dataclass
@@ -242,7 +269,35 @@ def page_audit_events(
     return keyset_page(qs, cursor=cursor, limit=limit)
 
 
-def receipt_timeline(receipt_id: str, *, limit: int = 200) -> list[ReceiptEvent]:
+def receipt_version(receipt: MemoryDurableReceipt, last_event_pk: int | None = -1) -> str:
+    """What the detail page shows, as one token: the row's stamp and its newest event.
+
+    Every write moves ``updated_at`` and every action (even one that changes nothing)
+    appends an event, so a poller holding the token learns with two indexed reads whether
+    a re-render would differ. ``last_event_pk`` saves the second read when the caller has
+    the timeline already (``None``: no events).
+    """
+    if last_event_pk == -1:
+        last_event_pk = (
+            ReceiptEvent.objects.filter(receipt_id=receipt.receipt_id)
+            .order_by("-created_at", "-id")
+            .values_list("id", flat=True)
+            .first()
+        )
+    return f"{receipt.updated_at}.{last_event_pk or 0}"
+
+
+TIMELINE_LIMIT = 200
+
+
+def newest_event_pk(timeline: list[ReceiptEvent]) -> int | None:
+    """The newest event's pk from a timeline read, or -1 when the read was cut short."""
+    if len(timeline) >= TIMELINE_LIMIT:
+        return -1
+    return timeline[-1].pk if timeline else None
+
+
+def receipt_timeline(receipt_id: str, *, limit: int = TIMELINE_LIMIT) -> list[ReceiptEvent]:
     return list(
         ReceiptEvent.objects.filter(receipt_id=receipt_id).order_by("created_at", "id")[:limit]
     )
@@ -408,6 +463,15 @@ def page_plans(
         rows = rows[:limit]
         marker = f"{rows[-1].created_at}:{rows[-1].plan_id}"
     return rows, marker
+
+
+def session_memory_version(session: Session) -> str:
+    """What the session memory panel shows, as one token: the session's generation and
+    stamp (new messages move it) and its receipts' count and newest stamp. One query."""
+    seen = MemoryDurableReceipt.objects.filter(session_key=session.session_key).aggregate(
+        n=Count("id"), newest=Max("updated_at")
+    )
+    return f"{session.session_id}.{session.updated_at}.{seen['n']}.{seen['newest'] or 0}"
 
 
 def session_checkpoints(session_key: str, *, limit: int = 50) -> list[MemoryDurableReceipt]:

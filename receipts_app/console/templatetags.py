@@ -11,6 +11,8 @@ from django.http import QueryDict
 
 from receipts_app.selectors import COUNT_CAP
 
+from .helpers import console_role as _console_role
+
 register = template.Library()
 
 
@@ -50,6 +52,11 @@ def capped(value: Any, cap: int | None = None) -> str:
     if int(cap) and number > int(cap):
         return f"{int(cap):,}+"
     return f"{number:,}"
+
+
+@register.filter
+def console_role(user: Any) -> str:
+    return _console_role(user)
 
 
 @register.filter

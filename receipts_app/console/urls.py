@@ -20,6 +20,7 @@ receipt_patterns = (
         path("receipts/<path:receipt_id>/", receipts.receipt_detail, name="detail"),
         path("plans/", plans.plan_list, name="plans"),
         path("plans/new/", plans.plan_create, name="plan_create"),
+        path("plans/new/group/", plans.plan_from_group, name="plan_from_group"),
         path("plans/<str:plan_id>/", plans.plan_detail, name="plan_detail"),
         path("plans/<str:plan_id>/progress/", plans.plan_progress, name="plan_progress"),
         path("plans/<str:plan_id>/execute/", plans.plan_execute, name="plan_execute"),

@@ -8,6 +8,7 @@ to requeue or acknowledge.
 - ``retake``: the requeued checkpoint's task body (``retake_checkpoint``)
 - ``plans``: frozen-filter requeue plans: dry run, ``start_requeue_plan`` (queues it once),
   ``run_requeue_plan`` (the runner task's body)
+- ``follow_up``: where a plan's requeued rows are now (recovered, failed again, pending)
 - ``sweep``: re-sending work whose enqueue was lost (called by ``repair_tick``)
 
 Work leaves through ``receipts_app.enqueue``; nothing here imports the tasks.
@@ -21,6 +22,7 @@ from .engine import (
     complete_checkpoint_requeue,
     requeue_receipt,
 )
+from .follow_up import PlanFollowUp, plan_follow_up
 from .plans import (
     create_requeue_plan,
     fan_out_requeue_plan,
@@ -37,6 +39,7 @@ __all__ = [
     "AckOutcome",
     "AcknowledgeResult",
     "Outcome",
+    "PlanFollowUp",
     "RequeueResult",
     "acknowledge_receipt",
     "available_actions",
@@ -45,6 +48,7 @@ __all__ = [
     "create_requeue_plan",
     "fan_out_requeue_plan",
     "get_requeue_plan",
+    "plan_follow_up",
     "plan_queryset",
     "requeue_receipt",
     "retake_checkpoint",

@@ -244,16 +244,14 @@ def complete_checkpoint_requeue(
                 updated_at=_next_stamp(row.updated_at),
             )
             to_status, outcome, details = CHECKPOINT_FAILED, "failed", {}
-        audit.record_event(
+        audit.record_requeue_complete(
             receipt_id=row.receipt_id,
             session_key=row.session_key,
-            action="requeue_complete",
             from_status=from_status,
             to_status=to_status,
             outcome=outcome,
             reason=why,
             details=details,
-            actor=actor,
         )
 
 

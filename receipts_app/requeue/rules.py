@@ -26,6 +26,7 @@ from ..statuses import (
     CHECKPOINT_SAVED,
     REPAIR_QUEUE_STATUSES,
     REPAIR_RUNNING,
+    RESOLVED_STATUSES,
     SUCCESS_STATUSES,
     TERMINAL_REPAIR_STATUSES,
 )
@@ -256,9 +257,45 @@ def available_actions(
     """Which operator actions apply to the row, each with the reason it is (un)available."""
     # A batch of one: both lookups of a failed checkpoint in one query.
     outcome, message = classify_requeue(receipt, now_ms=now_ms, context=BatchContext([receipt]))
-    requeue_ok = outcome in (Outcome.REQUEUED, Outcome.SUPERSEDED)
-    if receipt.status in ACKNOWLEDGEABLE_STATUSES:
-        acknowledge: tuple[bool, str] = (True, "")
-    else:
-        acknowledge = (False, "only terminal failures can be acknowledged")
-    return {"requeue": (requeue_ok, "" if requeue_ok else message), "acknowledge": acknowledge}
+    requeue_ok = outcome in ACTIONABLE_OUTCOMES
+    return {
+        "requeue": (requeue_ok, "" if requeue_ok else message),
+        "acknowledge": acknowledge_rule(receipt.status),
+    }
+
+
+# A requeue with one of these outcomes changes the row; the others only explain why not.
+ACTIONABLE_OUTCOMES = (Outcome.REQUEUED, Outcome.SUPERSEDED)
+
+
+def acknowledge_rule(status: str) -> tuple[bool, str]:
+    """Whether a row in ``status`` may be acknowledged, with the reason when it may not."""
+    if status in ACKNOWLEDGEABLE_STATUSES:
+        return True, ""
+    if status == ACKNOWLEDGED:
+        return False, "already acknowledged"
+    if status in RESOLVED_STATUSES or status in SUCCESS_STATUSES:
+        return False, f"{status} is not a failure; there is nothing to accept"
+    if status in (*REPAIR_QUEUE_STATUSES, REPAIR_RUNNING, CHECKPOINT_REQUEUED):
+        return (
+            False,
+            f"{status} is still being worked on; only terminal failures can be acknowledged",
+        )
+    return False, f"{status} is not a terminal failure; only terminal failures can be acknowledged"
+
+
+def requeueable_receipt_ids(rows: Iterable[Receipt], *, now_ms: int | None = None) -> set[str]:
+    """The rows a requeue would act on right now (``requeued`` or ``superseded``).
+
+    The rule of ``available_actions`` for a whole page of rows, with both lookups made in
+    one query for the page (``BatchContext``), so a list can offer the button exactly where
+    it would do something (a fenced checkpoint gets none).
+    """
+    rows = list(rows)
+    now = now_ms if now_ms is not None else timeutil.now_ms()
+    context = BatchContext(rows)
+    return {
+        row.receipt_id
+        for row in rows
+        if decide_requeue(row, now_ms=now, context=context)[0] in ACTIONABLE_OUTCOMES
+    }

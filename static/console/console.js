@@ -1,5 +1,7 @@
 // Console behaviour that htmx attributes cannot express: row selection with
-// "select all N matching", and an immediate refresh when a hidden tab becomes visible.
+// "select all N matching" (and the bulk button saying how many it will take), pollers that
+// pause while the tab is hidden or the operator is typing in them, and an immediate refresh
+// when a hidden tab becomes visible. No eval, no inline code: it runs under a strict CSP.
 (function () {
   "use strict";
 
@@ -8,6 +10,23 @@
   function rowBoxes() {
     var t = table();
     return t ? Array.prototype.slice.call(t.querySelectorAll('input[name="selected"]')) : [];
+  }
+
+  // The bulk button names its count: "Requeue 40 receipts…" for all matching, else the
+  // number of ticked rows, so the operator sees what the plan will hold before the dry run.
+  function syncBulkLabel() {
+    var t = table();
+    var button = t && t.querySelector('[data-role="bulk-submit"]');
+    var flag = document.getElementById("all-matching");
+    if (!button || !flag) return;
+    if (flag.value === "1") {
+      button.textContent = button.dataset.labelAll;
+      return;
+    }
+    var n = rowBoxes().filter(function (b) { return b.checked; }).length;
+    button.textContent = n
+      ? "Requeue " + n + " selected receipt" + (n === 1 ? "" : "s") + "… (dry run first)"
+      : "Requeue selected… (dry run first)";
   }
 
   function setAllMatching(on) {
@@ -19,6 +38,7 @@
     var chosen = t.querySelector("#all-matching-banner");
     if (chosen) chosen.hidden = !on;
     if (offer && on) offer.hidden = true;
+    syncBulkLabel();
   }
 
   function syncOffer() {
@@ -36,6 +56,7 @@
       if (count) count.textContent = String(boxes.length);
     }
     if (!all) setAllMatching(false);
+    syncBulkLabel();
   }
 
   document.addEventListener("change", function (event) {
@@ -60,18 +81,24 @@
     }
   });
 
-  // Pollers (data-poll) skip their ticks while the tab is hidden. This is done here rather
-  // than with an hx-trigger filter ([!document.hidden]): htmx evaluates filters as strings,
-  // which the Content-Security-Policy (script-src 'self', no unsafe-eval) refuses.
+  // Pollers ([data-poll]) skip their ticks while the tab is hidden, and while the operator
+  // has a form open or focused inside them (a swap would throw away what they typed).
+  function busy(elt) {
+    var active = document.activeElement;
+    return !!(elt.querySelector("details[open]") ||
+      (active && active !== document.body && elt.contains(active) && active.matches("input, textarea, select")));
+  }
+
   document.addEventListener("htmx:beforeRequest", function (event) {
     var elt = event.detail && event.detail.elt;
-    if (document.hidden && elt && elt.hasAttribute("data-poll")) event.preventDefault();
+    if (!elt || !elt.hasAttribute || !elt.hasAttribute("data-poll")) return;
+    if (event.detail.requestConfig && event.detail.requestConfig.verb !== "get") return;
+    if (document.hidden || busy(elt)) event.preventDefault();
   });
 
   // Catch up at once when the operator comes back instead of waiting for the next tick.
   document.addEventListener("visibilitychange", function () {
     if (document.hidden || !window.htmx) return;
-    var banner = document.getElementById("new-banner");
-    if (banner) window.htmx.trigger(banner, "receipts-changed");
+    window.htmx.trigger(document.body, "receipts-changed");
   });
 })();

@@ -11,7 +11,7 @@ from django.utils.html import escape
 from receipts_app.models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
 from tests.factories import make_receipt, make_session
 
-from .conftest import hx
+from .conftest import HX, hx
 
 pytestmark = pytest.mark.django_db
 
@@ -46,14 +46,15 @@ def test_requeue_from_detail_swaps_the_detail_and_signals_other_regions(
     response = operator_client.post(
         reverse("receipts:requeue", args=[rid]),
         {"expected_status": "checkpoint_failed", "expected_updated_at": live_failed.updated_at},
-        **hx(f"receipt-{rid}"),
+        **hx("receipt-detail"),
     )
     body = response.content.decode()
     assert response.status_code == 200
-    assert body.lstrip().startswith(f'<div id="receipt-{rid}"')
+    assert body.lstrip().startswith('<div id="receipt-detail"')
+    assert f'data-receipt-id="{rid}"' in body and "<html" not in body
     # The outcome is the action's own message (the timeline says "requeued" too).
     flash = response.context["flash"]
-    assert flash.startswith("requeued: ") and response.context["flash_ok"]
+    assert flash.startswith("requeued: a new checkpoint") and response.context["flash_ok"]
     assert escape(flash) in body
     assert json.loads(response["HX-Trigger"])["receipts-changed"]["receipt_id"] == rid
     assert MemoryDurableReceipt.objects.get(receipt_id=rid).status == "checkpoint_requeued"
@@ -64,9 +65,12 @@ def test_requeue_from_detail_swaps_the_detail_and_signals_other_regions(
 def test_requeue_from_a_row_returns_the_row(operator_client):
     row = _abandoned()
     rid = row.receipt_id
-    response = operator_client.post(reverse("receipts:requeue", args=[rid]), **hx(f"row-{rid}"))
+    response = operator_client.post(
+        reverse("receipts:requeue", args=[rid]), {"fragment": "receipt-row"}, **HX
+    )
     body = response.content.decode()
-    assert body.lstrip().startswith(f'<tr id="row-{rid}"')
+    assert body.lstrip().startswith('<tr class="receipt-row"')
+    assert f'data-receipt-id="{rid}"' in body
     assert "repair_pending" in body
     assert MemoryDurableReceipt.objects.get(receipt_id=rid).attempt_count == 0
 
@@ -84,8 +88,8 @@ def test_second_click_with_a_stale_view_queues_nothing(operator_client):
     row = _abandoned()
     seen = {"expected_status": row.status, "expected_updated_at": row.updated_at}
     url = reverse("receipts:requeue", args=[row.receipt_id])
-    operator_client.post(url, seen, **hx(f"receipt-{row.receipt_id}"))
-    second = operator_client.post(url, seen, **hx(f"receipt-{row.receipt_id}")).content.decode()
+    operator_client.post(url, seen, **hx("receipt-detail"))
+    second = operator_client.post(url, seen, **hx("receipt-detail")).content.decode()
     assert "stale" in second
     outcomes = list(
         ReceiptEvent.objects.filter(receipt_id=row.receipt_id, action="requeue").values_list(
@@ -113,7 +117,7 @@ def test_detail_explains_why_requeue_is_not_allowed(operator_client):
 def test_acknowledge_needs_a_reason(operator_client):
     row = _abandoned()
     url = reverse("receipts:acknowledge", args=[row.receipt_id])
-    response = operator_client.post(url, {"reason": "   "}, **hx(f"receipt-{row.receipt_id}"))
+    response = operator_client.post(url, {"reason": "   "}, **hx("receipt-detail"))
     assert response.status_code == 400
     assert "reason" in response.content.decode()
     assert MemoryDurableReceipt.objects.get(pk=row.pk).status == "repair_abandoned"
@@ -124,7 +128,7 @@ def test_acknowledge_with_a_reason_is_recorded(operator_client):
     response = operator_client.post(
         reverse("receipts:acknowledge", args=[row.receipt_id]),
         {"reason": "archive deleted upstream", "expected_status": "repair_abandoned"},
-        **hx(f"receipt-{row.receipt_id}"),
+        **hx("receipt-detail"),
     )
     assert response.status_code == 200
     assert "acknowledged" in response.content.decode()
@@ -141,20 +145,19 @@ def test_bulk_plan_from_a_selection_then_execute(
     keep = _abandoned()
     response = operator_client.post(
         reverse("receipts:plan_create"),
-        {"selected": [r.receipt_id for r in rows], "reason": "disk replaced"},
+        {"selected": [r.receipt_id for r in rows], "note": "disk replaced"},
     )
     plan = RequeuePlan.objects.get()
     assert response["Location"] == reverse("receipts:plan_detail", args=[plan.plan_id])
     assert plan.total == 3 and plan.dry_run_counts == {"requeued": 3}
+    assert plan.reason == "disk replaced"
     with django_capture_on_commit_callbacks(execute=True):
         response = operator_client.post(
             reverse("receipts:plan_execute", args=[plan.plan_id]),
-            **hx(f"plan-progress-{plan.plan_id}"),
+            **hx("plan-progress"),
         )
     assert response.status_code == 200
-    assert (
-        response.content.decode().lstrip().startswith(f'<section id="plan-progress-{plan.plan_id}"')
-    )
+    assert response.content.decode().lstrip().startswith('<section id="plan-progress"')
     plan.refresh_from_db()
     assert plan.state == "done" and plan.processed == 3
     assert set(
@@ -172,6 +175,8 @@ def test_bulk_plan_from_a_selection_then_execute(
         reverse("receipts:plan_progress", args=[plan.plan_id])
     ).content.decode()
     assert "3 of 3 processed" in progress and "every 1s" not in progress
+    # The plan follows its work: no workspace, so each repair attempt failed and is retrying.
+    assert 'data-count="pending">3<' in progress
 
 
 def test_bulk_plan_from_all_matching_freezes_the_filter(operator_client):

@@ -22,7 +22,7 @@ CARD = re.compile(
 LINK = re.compile(
     r'<a class="health-link" href="(?P<href>[^"]+)">(?P<count>[\d,]+) (?P<label>[^<]+)</a>'
 )
-ROW = re.compile(r'<tr id="row-')
+ROW = re.compile(r'<tr class="receipt-row')
 
 
 def _cards(client) -> dict[str, dict]:

@@ -68,7 +68,7 @@ def test_receipt_list_full_and_fragment(viewer_client):
     full = viewer_client.get(url).content.decode()
     assert "<html" in full and row.receipt_id in full
     fragment = viewer_client.get(url, **hx("receipt-table")).content.decode()
-    assert fragment.lstrip().startswith('<div id="receipt-table">')
+    assert fragment.lstrip().startswith('<div id="receipt-table"')
     assert "<html" not in fragment and row.receipt_id in fragment
 
 
@@ -191,9 +191,10 @@ def test_receipt_detail_full_and_fragment(viewer_client, workspace):
     assert failed.receipt_id in saved_page  # "resolved by this receipt"
 
     fragment = viewer_client.get(
-        reverse("receipts:detail", args=[failed.receipt_id]), **hx(f"receipt-{failed.receipt_id}")
+        reverse("receipts:detail", args=[failed.receipt_id]), **hx("receipt-detail")
     ).content.decode()
-    assert fragment.lstrip().startswith(f'<div id="receipt-{failed.receipt_id}"')
+    assert fragment.lstrip().startswith('<div id="receipt-detail"')
+    assert f'data-receipt-id="{failed.receipt_id}"' in fragment and "<html" not in fragment
 
 
 def test_plans_pages(operator_client):

@@ -409,7 +409,12 @@ def test_available_actions_follow_the_rules():
     saved = make_receipt(status="checkpoint_saved")
     actions = available_actions(saved)
     assert actions["requeue"][0] is False and "success" in actions["requeue"][1]
-    assert actions["acknowledge"] == (False, "only terminal failures can be acknowledged")
+    assert actions["acknowledge"] == (
+        False,
+        "checkpoint_saved is not a failure; there is nothing to accept",
+    )
+    done = make_receipt(status="acknowledged")
+    assert available_actions(done)["acknowledge"] == (False, "already acknowledged")
 
     running = make_receipt(status="repair_running")
     assert available_actions(running)["requeue"] == (

@@ -137,6 +137,10 @@ EXPECTED: dict[tuple[str, str], Rule] = {
     ("receipts:acknowledge", "POST"): console(OPERATOR, body={"reason": "matrix"}),
     ("receipts:plans", "GET"): console(VIEWER),
     ("receipts:plan_create", "POST"): console(OPERATOR, body={"selected": "@failed"}),
+    # A group that is gone answers 409 with a message (an allowed caller got that far).
+    ("receipts:plan_from_group", "POST"): console(
+        OPERATOR, ok_status=409, body={"scope": "repair", "status": "repair_failed"}
+    ),
     ("receipts:plan_detail", "GET"): console(VIEWER),
     ("receipts:plan_progress", "GET"): console(VIEWER),
     ("receipts:plan_execute", "POST"): console(OPERATOR, body={}),

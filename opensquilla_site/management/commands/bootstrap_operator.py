@@ -35,6 +35,17 @@ class Command(BaseCommand):
             password = "(unchanged: set earlier, not stored here)"
         self.stdout.write(
             self.style.SUCCESS(
-                f"Console login: http://127.0.0.1:8000/  user: {username}  password: {password}"
+                f"Console login: {console_url()}  user: {username}  password: {password}"
             )
         )
+
+
+def console_url(bind: str | None = None) -> str:
+    """The address ``make run`` serves, from ``WEB_BIND`` as the Procfile's gunicorn reads it."""
+    bind = (bind if bind is not None else os.environ.get("WEB_BIND", "")).strip()
+    host, _, port = (bind or "127.0.0.1:8000").rpartition(":")
+    if bind.startswith("unix:"):
+        return f"(unix socket {bind[5:]})"
+    if host in ("", "0.0.0.0", "[::]", "::"):  # noqa: S104 - describing a bind, not binding
+        host = "127.0.0.1"
+    return f"http://{host}:{port or '8000'}/"

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from django.http import HttpResponse
-from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from opensquilla_site.exceptions import ValidationFailed
 
 from ...models import ReceiptEvent
 from .. import selectors as cs
-from ..helpers import VIEW_EVENTS_PERM, HtmxHttpRequest, console_view, int_param
+from ..helpers import VIEW_EVENTS_PERM, HtmxHttpRequest, console_view, int_param, render_page
 
 
 @require_GET
@@ -34,7 +33,4 @@ def audit_log(request: HtmxHttpRequest) -> HttpResponse:
     except ValidationFailed as exc:
         context["filter_error"] = exc
         status = 400
-    template = "console/audit.html"
-    if request.htmx and request.htmx.target == "audit-table":
-        template = "console/_audit_table.html"
-    return render(request, template, context, status=status)
+    return render_page(request, "console/audit.html", context, status=status)

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from django.http import HttpResponse
-from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from ...counts import per_status, receipt_counts
 from ...health import health_by_agent
 from ...statuses import FAILURE_STATUSES, KNOWN_STATUSES
 from .. import selectors as cs
-from ..helpers import VIEW_PERM, HtmxHttpRequest, can_operate, console_view
+from ..helpers import VIEW_PERM, HtmxHttpRequest, can_operate, console_view, render_page
 
 
 @require_GET
@@ -32,7 +31,4 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
         "ranges": list(cs.RANGES),
         "can_operate": can_operate(request.user),
     }
-    template = "console/overview.html"
-    if request.htmx and request.htmx.target == "overview-body":
-        template = "console/_overview_body.html"
-    return render(request, template, context)
+    return render_page(request, "console/overview.html", context)

@@ -10,7 +10,12 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
 from ...models import RequeuePlan
-from ...requeue import create_requeue_plan, get_requeue_plan, start_requeue_plan
+from ...requeue import (
+    create_requeue_plan,
+    get_requeue_plan,
+    plan_follow_up,
+    start_requeue_plan,
+)
 from ...selectors import ReceiptFilter
 from .. import selectors as cs
 from ..helpers import (
@@ -23,9 +28,20 @@ from ..helpers import (
     console_view,
     int_param,
     render_error,
+    render_fragment,
+    render_page,
 )
 
 RUNNING_STATES = ("queued", "running")
+DETAIL_TEMPLATE = "console/plan_detail.html"
+PROGRESS_FRAGMENT = "plan-progress"
+# The operator's note on a plan. Not "reason": that is the list filter's reason text, and
+# the plan form carries the whole filter beside it.
+NOTE_FIELD = "note"
+
+
+def _note(request: HtmxHttpRequest) -> str:
+    return request.POST.get(NOTE_FIELD, "").strip()[:2000]
 
 
 @require_POST
@@ -43,14 +59,47 @@ def plan_create(request: HtmxHttpRequest) -> HttpResponse:
             request, "Select at least one receipt, or select all matching.", status=400
         )
     params = request.POST.copy()
-    for key in ("selected", "all_matching", "csrfmiddlewaretoken", "reason"):
+    for key in ("selected", "all_matching", "csrfmiddlewaretoken", NOTE_FIELD):
         params.pop(key, None)
     receipt_filter = ReceiptFilter.from_params(params)
     plan = create_requeue_plan(
         filters=receipt_filter.to_params() if all_matching else {},
         receipt_ids=None if all_matching else selected,
         actor=console_actor(request),
-        reason=request.POST.get("reason", "").strip()[:2000],
+        reason=_note(request),
+    )
+    return redirect(reverse("receipts:plan_detail", args=[plan.plan_id]))
+
+
+@require_POST
+@console_view(VIEW_PLANS_PERM, OPERATE_PERM)
+def plan_from_group(request: HtmxHttpRequest) -> HttpResponse:
+    """A plan of exactly one overview failure group: its scope, status and error fingerprint
+    (not the reason text's longest piece, which also matches look-alike groups)."""
+    post = request.POST
+    scope, status = post.get("scope", ""), post.get("status", "")
+    ids = cs.failure_group_receipt_ids(
+        scope=scope, status=status, fingerprint=post.get("fingerprint", "")
+    )
+    if not ids:
+        return render_error(
+            request,
+            "That failure group has no failed receipts any more; the overview shows what is left.",
+            status=409,
+            title="Nothing to requeue",
+        )
+    if len(ids) > cs.GROUP_PLAN_LIMIT:
+        return render_error(
+            request,
+            f"That group has more than {cs.GROUP_PLAN_LIMIT:,} receipts: plan it from the "
+            "receipts list (View), whose filter a plan can freeze.",
+            status=400,
+        )
+    plan = create_requeue_plan(
+        filters={"status": status, "scope": scope},
+        receipt_ids=ids,
+        actor=console_actor(request),
+        reason=_note(request),
     )
     return redirect(reverse("receipts:plan_detail", args=[plan.plan_id]))
 
@@ -76,6 +125,9 @@ def _plan_or_404(request: HtmxHttpRequest, plan_id: str) -> RequeuePlan | HttpRe
 
 def _plan_context(request: HtmxHttpRequest, plan: RequeuePlan) -> dict:
     samples = plan.dry_run_samples or {}
+    # Tallied once the plan has finished queueing its rows (one grouped query per poll); while
+    # it runs, the progress bar is the news.
+    follow_up = plan_follow_up(plan.plan_id) if plan.state == "done" else None
     return {
         "plan": plan,
         "outcomes": [
@@ -84,6 +136,10 @@ def _plan_context(request: HtmxHttpRequest, plan: RequeuePlan) -> dict:
         ],
         "results": sorted((plan.result_counts or {}).items(), key=lambda kv: -kv[1]),
         "running": plan.state in RUNNING_STATES,
+        "follow_up": follow_up,
+        # Keep asking while the plan runs or the work it queued is still on the workers.
+        "polling": plan.state in RUNNING_STATES
+        or (follow_up is not None and not follow_up.settled),
         "percent": int(100 * plan.processed / plan.total) if plan.total else 100,
         "can_operate": can_operate(request.user),
         "filter_query": ReceiptFilter.from_params(plan.filters).to_params() if plan.filters else {},
@@ -96,17 +152,18 @@ def plan_detail(request: HtmxHttpRequest, plan_id: str) -> HttpResponse:
     plan = _plan_or_404(request, plan_id)
     if isinstance(plan, HttpResponse):
         return plan
-    return render(request, "console/plan_detail.html", _plan_context(request, plan))
+    return render_page(request, DETAIL_TEMPLATE, _plan_context(request, plan))
 
 
 @require_GET
 @console_view(VIEW_PLANS_PERM)
 def plan_progress(request: HtmxHttpRequest, plan_id: str) -> HttpResponse:
-    """The progress fragment; it keeps polling itself while the plan is queued or running."""
+    """The progress fragment; it asks again while the plan or the work it queued runs."""
     plan = _plan_or_404(request, plan_id)
     if isinstance(plan, HttpResponse):
         return plan
-    response = render(request, "console/_plan_progress.html", _plan_context(request, plan))
+    context = _plan_context(request, plan)
+    response = render_fragment(request, DETAIL_TEMPLATE, PROGRESS_FRAGMENT, context)
     if plan.state not in RUNNING_STATES:
         trigger_client_event(response, CHANGED_EVENT, {"plan_id": plan.plan_id})
     return response
@@ -122,5 +179,7 @@ def plan_execute(request: HtmxHttpRequest, plan_id: str) -> HttpResponse:
     if not request.htmx:
         return redirect(reverse("receipts:plan_detail", args=[plan.plan_id]))
     plan.refresh_from_db()  # an eager/fast worker may already have moved it on
-    response = render(request, "console/_plan_progress.html", _plan_context(request, plan))
+    response = render_fragment(
+        request, DETAIL_TEMPLATE, PROGRESS_FRAGMENT, _plan_context(request, plan)
+    )
     return trigger_client_event(response, CHANGED_EVENT, {"plan_id": plan.plan_id})

@@ -16,6 +16,7 @@ from opensquilla_site.pagination import decode_cursor, encode_cursor
 from ...flush_outcome import flush_outcome_for_row
 from ...models import MemoryDurableReceipt
 from ...requeue import AckOutcome, acknowledge_receipt, available_actions, requeue_receipt
+from ...requeue.rules import requeueable_receipt_ids
 from ...selectors import (
     COUNT_CAP,
     ReceiptFilter,
@@ -25,7 +26,7 @@ from ...selectors import (
     page_receipts,
     tab_counts,
 )
-from ...statuses import FAILURE_STATUSES, KNOWN_SCOPES, KNOWN_STATUSES, ROW_REQUEUEABLE_STATUSES
+from ...statuses import FAILURE_STATUSES, KNOWN_SCOPES, KNOWN_STATUSES
 from .. import selectors as cs
 from ..helpers import (
     CHANGED_EVENT,
@@ -35,11 +36,19 @@ from ..helpers import (
     can_operate,
     console_actor,
     int_param,
+    outcome_text,
     render_error,
+    render_fragment,
+    render_page,
 )
 from ..helpers import console_view as _console_view
 
 NEW_ROWS_CAP = 999
+LIST_TEMPLATE = "console/receipts.html"
+DETAIL_TEMPLATE = "console/receipt_detail.html"
+# The fragments an action may ask to get back, by the name of its partial.
+ROW_FRAGMENT = "receipt-row"
+DETAIL_FRAGMENT = "receipt-detail"
 
 
 def _parse_filter(request: HtmxHttpRequest) -> tuple[ReceiptFilter | None, ValidationFailed | None]:
@@ -68,7 +77,7 @@ def receipt_list(request: HtmxHttpRequest) -> HttpResponse:
         "failure_statuses": FAILURE_STATUSES,
         "known_scopes": KNOWN_SCOPES,
         "can_operate": can_operate(request.user),
-        "row_requeue_statuses": ROW_REQUEUEABLE_STATUSES,
+        "requeueable": set(),
         "limit": limit,
         "filter_error": error,
         "count_cap": COUNT_CAP,
@@ -90,6 +99,8 @@ def receipt_list(request: HtmxHttpRequest) -> HttpResponse:
             filter=receipt_filter,
             filter_pairs=_pairs(receipt_filter.to_params()),
             rows=page.rows,
+            # The row button appears where the requeue rules would act (one query a page).
+            requeueable=requeueable_receipt_ids(page.rows) if context["can_operate"] else set(),
             next_cursor=page.next_cursor,
             counts=tabs.per_status,
             total=tabs.total,
@@ -101,10 +112,7 @@ def receipt_list(request: HtmxHttpRequest) -> HttpResponse:
                 else ""
             ),
         )
-    template = "console/receipts.html"
-    if request.htmx and request.htmx.target == "receipt-table":
-        template = "console/_receipt_table.html"
-    return render(request, template, context, status=status)
+    return render_page(request, LIST_TEMPLATE, context, status=status)
 
 
 @require_GET
@@ -140,9 +148,11 @@ def receipt_new_count(request: HtmxHttpRequest) -> HttpResponse:
 
 
 def _detail_context(request: HtmxHttpRequest, receipt: MemoryDurableReceipt) -> dict:
+    events = cs.receipt_timeline(receipt.receipt_id)
     return {
         "receipt": receipt,
-        "events": cs.receipt_timeline(receipt.receipt_id),
+        "events": events,
+        "version": cs.receipt_version(receipt, cs.newest_event_pk(events)),
         "related": cs.related_receipts(receipt),
         "preview": cs.receipt_preview(receipt),
         "flush_outcome": flush_outcome_for_row(receipt),
@@ -171,10 +181,11 @@ def receipt_detail(request: HtmxHttpRequest, receipt_id: str) -> HttpResponse:
     receipt = _receipt_or_404(request, receipt_id)
     if isinstance(receipt, HttpResponse):
         return receipt
-    template = "console/receipt_detail.html"
-    if request.htmx and request.htmx.target == f"receipt-{receipt.receipt_id}":
-        template = "console/_receipt_detail.html"
-    return render(request, template, _detail_context(request, receipt))
+    seen = request.GET.get("v")
+    if request.htmx and seen and seen == cs.receipt_version(receipt):
+        # The poller's cheap question "has anything moved?": no, so nothing to swap.
+        return HttpResponse(status=204)
+    return render_page(request, DETAIL_TEMPLATE, _detail_context(request, receipt))
 
 
 def _expected(request: HtmxHttpRequest) -> tuple[str | None, int | None]:
@@ -197,19 +208,26 @@ def _after_action(
         (messages.success if ok else messages.warning)(request, message)
         return redirect(reverse("receipts:detail", args=[receipt_id]))
     receipt = get_receipt(receipt_id)
-    context = {"flash": message, "flash_ok": ok}
-    if request.htmx.target == f"row-{receipt_id}":
+    context: dict = {"flash": message, "flash_ok": ok}
+    if request.POST.get("fragment") == ROW_FRAGMENT:
         context.update(
             row=receipt,
             can_operate=True,
-            row_requeue_statuses=ROW_REQUEUEABLE_STATUSES,
+            requeueable=requeueable_receipt_ids([receipt]),
             failure_statuses=FAILURE_STATUSES,
         )
-        response = render(request, "console/_receipt_row.html", context, status=status)
+        response = render_fragment(request, LIST_TEMPLATE, ROW_FRAGMENT, context, status=status)
     else:
         context.update(_detail_context(request, receipt))
-        response = render(request, "console/_receipt_detail.html", context, status=status)
+        response = render_fragment(
+            request, DETAIL_TEMPLATE, DETAIL_FRAGMENT, context, status=status
+        )
     return trigger_client_event(response, CHANGED_EVENT, {"receipt_id": receipt_id})
+
+
+def _reason(request: HtmxHttpRequest) -> str:
+    """The operator's optional note on an action, as the timeline and audit log show it."""
+    return request.POST.get("reason", "").strip()[:2000]
 
 
 @require_POST
@@ -222,12 +240,12 @@ def receipt_requeue(request: HtmxHttpRequest, receipt_id: str) -> HttpResponse:
     result = requeue_receipt(
         receipt_id=receipt_id,
         actor=console_actor(request),
-        reason=request.POST.get("reason", "").strip()[:2000],
+        reason=_reason(request),
         expected_status=expected_status,
         expected_updated_at=expected_updated_at,
     )
     ok = str(result.outcome) in ("requeued", "superseded")
-    return _after_action(request, receipt_id, f"{result.outcome}: {result.message}", ok)
+    return _after_action(request, receipt_id, outcome_text(result.outcome, result.message), ok)
 
 
 @require_POST
@@ -237,16 +255,15 @@ def receipt_acknowledge(request: HtmxHttpRequest, receipt_id: str) -> HttpRespon
     if isinstance(found, HttpResponse):
         return found
     expected_status, expected_updated_at = _expected(request)
-    reason = request.POST.get("reason", "")[:2000]
     try:
         result = acknowledge_receipt(
             receipt_id=receipt_id,
             actor=console_actor(request),
-            reason=reason,
+            reason=_reason(request),
             expected_status=expected_status,
             expected_updated_at=expected_updated_at,
         )
     except ValueError as exc:
         return _after_action(request, receipt_id, str(exc), False, status=400)
     ok = result.outcome is AckOutcome.ACKNOWLEDGED
-    return _after_action(request, receipt_id, f"{result.outcome}: {result.message}", ok)
+    return _after_action(request, receipt_id, outcome_text(result.outcome, result.message), ok)

@@ -29,7 +29,10 @@ from ..helpers import (
     console_actor,
     console_view,
     render_error,
+    render_fragment,
 )
+
+PAGE_TEMPLATE = "console/session_memory.html"
 
 
 def _session(request: HtmxHttpRequest, key: str) -> Session | HttpResponse:
@@ -45,14 +48,16 @@ def _panel(request: HtmxHttpRequest, session: Session, **extra: object) -> HttpR
     covered_by, entry_count = current_checkpoint_coverage(session)
     context = {
         "session": session,
+        "version": cs.session_memory_version(session),
         "checkpoints": cs.session_checkpoints(session.session_key),
         "covered_by": covered_by,
         "entry_count": entry_count,
         "can_operate": can_operate(request.user),
         **extra,
     }
-    template = "console/_session_memory.html" if request.htmx else "console/session_memory.html"
-    return render(request, template, context)
+    if request.htmx:
+        return render_fragment(request, PAGE_TEMPLATE, "session-memory", context)
+    return render(request, PAGE_TEMPLATE, context)
 
 
 @require_GET
@@ -61,6 +66,10 @@ def session_memory(request: HtmxHttpRequest) -> HttpResponse:
     session = _session(request, request.GET.get("key", ""))
     if isinstance(session, HttpResponse):
         return session
+    seen = request.GET.get("v")
+    if request.htmx and seen and seen == cs.session_memory_version(session):
+        # The poller's cheap question "has anything moved?": no, so nothing to swap.
+        return HttpResponse(status=204)
     return _panel(request, session)
 
 

@@ -7,19 +7,15 @@ The memory panel of the detail page (checkpoints, coverage, trigger buttons) is 
 from __future__ import annotations
 
 from django.contrib.auth.views import redirect_to_login
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from django_htmx.http import HttpResponseClientRedirect
-from django_htmx.middleware import HtmxDetails
 
 from opensquilla_site.exceptions import ValidationFailed
 from sessions_app.selectors import get_session_or_404, page_sessions, page_transcript
 
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
-
+from ..helpers import HtmxHttpRequest, render_page
 
 VIEW_PERM = "sessions_app.view_session"
 TRANSCRIPT_PERM = "sessions_app.view_transcriptentry"
@@ -68,10 +64,7 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
         "q": search or "",
         "agent": agent or "",
     }
-    template = "console/sessions.html"
-    if request.htmx and request.htmx.target == "session-table":
-        template = "console/_session_table.html"
-    return render(request, template, context)
+    return render_page(request, "console/sessions.html", context)
 
 
 @require_GET
@@ -93,7 +86,4 @@ def session_detail(request: HtmxHttpRequest, session_key: str) -> HttpResponse:
         "next_cursor": page.next_cursor,
         "collapse_chars": COLLAPSE_CHARS,
     }
-    template = "console/session_detail.html"
-    if request.htmx and request.htmx.target == "transcript":
-        template = "console/_transcript.html"
-    return render(request, template, context)
+    return render_page(request, "console/session_detail.html", context)

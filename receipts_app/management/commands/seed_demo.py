@@ -24,6 +24,12 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
+        # The demo writes two failed checkpoints on purpose (a workspace under a regular
+        # file); the checkpoint writer logs each as a WARNING, which must not alarm anyone.
+        self.stdout.write(
+            "Seeding demo data. Two 'checkpoint_failed ... Not a directory' WARNING lines "
+            "follow: they are the demo's deliberate failures, for the console to show."
+        )
         with acting_as(Actor("seed_demo", "cli")), cli.cli_errors():
             report = seed_demo(with_users=options["with_users"])
         self.stdout.write(f"workspace: {report.workspace}")
