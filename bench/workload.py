@@ -137,7 +137,7 @@ def receipt_row(tag: str, i: int, *, sessions: int = 5_000, status: str | None =
 
 
 def coverage_probe(row: dict) -> dict:
-    """The exact coverage lookup's arguments for a stored row (DOMAIN 10)."""
+    """The exact coverage lookup's arguments for a stored row (docs/UPSTREAM.md#reads-and-orderings)."""
     return {
         "session_key": row["session_key"],
         "session_id": row["session_id"],
