@@ -52,7 +52,7 @@ lint: install
 	$(BIN)/lint-imports --no-cache  # the layering contracts in pyproject.toml
 
 typecheck: install
-	$(BIN)/mypy opensquilla_site sessions_app receipts_app
+	$(BIN)/mypy opensquilla_site sessions_app receipts_app operations_app
 
 pytest: install system-deps
 	$(BIN)/python manage.py makemigrations --check --dry-run

@@ -17,7 +17,7 @@ VIEW_CODENAMES = (
     "view_transcriptentry",
 )
 OPERATOR_EXTRA = ("operate_receipts", "add_requeueplan")
-PROJECT_APPS = ("receipts_app", "sessions_app", "opensquilla_site")
+PROJECT_APPS = ("receipts_app", "sessions_app", "opensquilla_site", "operations_app")
 ROLE_NAMES = ("viewer", "operator", "admin")
 
 

@@ -59,9 +59,12 @@ INSTALLED_APPS = [
     "opensquilla_site",
     "sessions_app",
     "receipts_app",
+    "operations_app",
 ]
 
 MIDDLEWARE = [
+    # First: /healthz and /readyz answer before the host check and the HTTPS redirect.
+    "operations_app.probe_views.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -262,5 +265,44 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # httpx logs every request's full URL at INFO: alert webhook URLs embed tokens.
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+    },
 }
+
+# --- Operations signals (operations_app; docs/OPERATIONS.md) ------------------------------
+# Seconds each /readyz probe (database, broker) may take before it counts as failed.
+OPENSQUILLA_READYZ_TIMEOUT = float(os.environ.get("OPENSQUILLA_READYZ_TIMEOUT", "2"))
+# Networks (CIDR) whose scrapers may read /metrics without a token; empty: a token is required.
+OPENSQUILLA_METRICS_ALLOWED_NETWORKS = env_list("OPENSQUILLA_METRICS_ALLOWED_NETWORKS")
+# A worker or beat silent this long shows as silent on the liveness page.
+OPENSQUILLA_HEARTBEAT_STALE_SECONDS = float(
+    os.environ.get("OPENSQUILLA_HEARTBEAT_STALE_SECONDS", "60")
+)
+# Alerts: evaluated by beat every interval; webhooks time out after OPENSQUILLA_ALERT_TIMEOUT.
+OPENSQUILLA_ALERT_INTERVAL_SECONDS = float(
+    os.environ.get("OPENSQUILLA_ALERT_INTERVAL_SECONDS", "30")
+)
+OPENSQUILLA_ALERT_TIMEOUT = float(os.environ.get("OPENSQUILLA_ALERT_TIMEOUT", "5"))
+# Off: webhook targets resolving to private, loopback or link-local addresses are refused.
+OPENSQUILLA_ALERT_ALLOW_PRIVATE_TARGETS = env_bool("OPENSQUILLA_ALERT_ALLOW_PRIVATE_TARGETS", False)
+CELERY_BEAT_SCHEDULE["evaluate-alerts"] = {
+    "task": "operations_app.tasks.evaluate_alerts",
+    "schedule": OPENSQUILLA_ALERT_INTERVAL_SECONDS,
+}
+CELERY_BEAT_SCHEDULE["time-at-risk"] = {
+    "task": "operations_app.tasks.track_time_at_risk",
+    "schedule": 60.0,
+}
+# Alert e-mail goes through Django's e-mail backend (SMTP unless EMAIL_BACKEND says otherwise).
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = float(os.environ.get("EMAIL_TIMEOUT", "10"))
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "opensquilla@localhost")

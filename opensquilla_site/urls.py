@@ -9,6 +9,7 @@ urlpatterns = [
     path("accounts/login/", RateLimitedLoginView.as_view(), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/v1/", api.urls),
+    path("", include("operations_app.urls")),
     path("", include("receipts_app.console.urls")),
 ]
 

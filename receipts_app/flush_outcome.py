@@ -37,10 +37,19 @@ REPAIR_TEXT = {
     "pending": "A repair of the raw archive is queued.",
     "failed": "The raw archive could not be written; requeue once the workspace is fixed.",
 }
+# Where the repair the flush asked for has got to, told by the row's current status.
+REPAIR_PROGRESS_TEXT = {
+    "repair_running": "The raw archive is being repaired now.",
+    "repair_done": "The raw archive has since been repaired into memory.",
+    "repair_failed": "The last repair attempt failed; requeue to try again.",
+    "repair_abandoned": "Repair gave up after four attempts; requeue to try again.",
+}
 
 
 @dataclass(frozen=True)
 class FlushOutcome:
+    """The classification (upstream's meaning) plus what it means for this row now."""
+
     status: FlushStatus
     safety_text: str
     repair_text: str
@@ -84,8 +93,11 @@ def flush_outcome_for_row(row: MemoryDurableReceipt) -> FlushOutcome | None:
     if recorded is None:
         return None
     status = classify_flush_receipt(recorded)
+    repair_text = REPAIR_TEXT.get(status.repair_status, "")
+    if status.repair_status == "pending":
+        repair_text = REPAIR_PROGRESS_TEXT.get(row.status, repair_text)
     return FlushOutcome(
         status=status,
         safety_text=SAFETY_TEXT.get(status.safety_status, ""),
-        repair_text=REPAIR_TEXT.get(status.repair_status, ""),
+        repair_text=repair_text,
     )

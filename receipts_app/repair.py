@@ -706,10 +706,12 @@ def repair_agent_ids() -> list[str]:
     has never seen.
     """
     agents = {"main", *configured_agent_ids(), *workspace_agent_ids()}
-    sessions = Session.objects.values_list("agent_id", flat=True).distinct()
+    # order_by() drops the models' default ordering, which DISTINCT would otherwise include.
+    sessions = Session.objects.order_by().values_list("agent_id", flat=True).distinct()
     queued = (
         MemoryDurableReceipt.objects.filter(status__in=REPAIR_QUEUE_STATUSES)
         .exclude(agent_id="")
+        .order_by()
         .values_list("agent_id", flat=True)
         .distinct()
     )

@@ -18,7 +18,7 @@ from django.db import transaction
 from opensquilla_site.timeutil import now_ms
 
 from .keys import agent_id_for_session_key, canonicalize_session_key, normalize_agent_id
-from .models import Session, TranscriptEntry
+from .models import CompactedTranscriptEntry, CompactionSummary, Session, TranscriptEntry
 
 SessionPurger = Callable[[str], int]
 _session_purgers: list[SessionPurger] = []
@@ -79,7 +79,7 @@ def reset_session(session_key: str) -> Session:
 
 
 def delete_session(session_key: str) -> bool:
-    """Delete the session, its transcript and every receipt of every generation of the key."""
+    """Delete the session, its transcript, its compactions and every receipt of the key."""
     key = canonicalize_session_key(session_key)
     if not key:
         return False
@@ -88,6 +88,9 @@ def delete_session(session_key: str) -> bool:
         if session is None:
             return False
         TranscriptEntry.objects.filter(session_key=key).delete()
+        # Compactions go too, as upstream: a deleted session's memory is not repaired later.
+        CompactedTranscriptEntry.objects.filter(session_key=key).delete()
+        CompactionSummary.objects.filter(session_key=key).delete()
         for purge in _session_purgers:
             purge(key)
         session.delete()

@@ -22,6 +22,7 @@ from opensquilla_site.exceptions import GenerationChanged
 from .. import audit, enqueue
 from ..audit import Actor
 from ..models import MemoryDurableReceipt, ReceiptEvent
+from ..signals import requeue_outcomes_recorded
 from ..statuses import (
     ACKNOWLEDGEABLE_STATUSES,
     ACKNOWLEDGED,
@@ -122,6 +123,7 @@ def requeue_receipt(
         if row is None:
             result = RequeueResult(receipt_id, Outcome.NOT_FOUND, "receipt not found", None)
             _record_requeue(result, None, "", actor, reason, plan_id)
+            _record_requeue_outcome(result)
             return result
         from_status = row.status
         stale = _stale_message(row, expected_status, expected_updated_at)
@@ -130,7 +132,15 @@ def requeue_receipt(
         else:
             result = _apply_requeue(row)
         _record_requeue(result, from_status, row.session_key, actor, reason, plan_id)
+        _record_requeue_outcome(result)
         return result
+
+
+def _record_requeue_outcome(result: RequeueResult) -> None:
+    # Counted by observers (/metrics) inside the requeue's own transaction.
+    requeue_outcomes_recorded.send(
+        sender=requeue_receipt, outcomes={str(result.outcome): 1}, plan_rows=0
+    )
 
 
 def _apply_requeue(row: MemoryDurableReceipt) -> RequeueResult:

@@ -26,6 +26,7 @@ from .. import enqueue
 from ..audit import Actor
 from ..models import MemoryDurableReceipt, RequeuePlan
 from ..selectors import ReceiptFilter, filter_receipts
+from ..signals import requeue_outcomes_recorded
 from .batch import requeue_batch
 from .rules import ROW_FACT_FIELDS, BatchContext, RowFacts, classify_requeue
 
@@ -232,7 +233,12 @@ def _run_one_batch(plan_id: str, batch_size: int) -> tuple[RequeuePlan, bool]:
             reason=plan.reason,
             plan_id=plan.plan_id,
         )
-        counts.update(str(result.outcome) for result in results)
+        outcomes = Counter(str(result.outcome) for result in results)
+        counts.update(outcomes)
+        # Counted by observers (/metrics), committed (or rolled back) with the batch.
+        requeue_outcomes_recorded.send(
+            sender=run_requeue_plan, outcomes=dict(outcomes), plan_rows=len(rows)
+        )
         plan.result_counts = dict(counts)
         plan.processed += len(rows)
         plan.cursor_created_at, plan.cursor_id = rows[-1][2], rows[-1][0]

@@ -126,3 +126,20 @@ def test_checkpoint_row_records_no_flush_outcome():
     row = make_receipt(session_key="agent:main:webchat:s1", status="checkpoint_saved")
 
     assert flush_outcome_for_row(row) is None
+
+
+@pytest.mark.django_db
+def test_repaired_row_says_its_repair_is_done_not_queued():
+    row = make_receipt(
+        session_key="agent:main:webchat:s1",
+        scope="repair",
+        status="repair_done",
+        reason="ok_archive_only",
+        target_path=ARCHIVE,
+        content_hash="d" * 64,
+    )
+
+    outcome = flush_outcome_for_row(row)
+
+    assert outcome is not None and outcome.status.repair_status == "pending"
+    assert outcome.repair_text == "The raw archive has since been repaired into memory."

@@ -15,6 +15,7 @@ from receipts_app import flush_runtime, ledger, repair
 from receipts_app.flush import FlushReceipt
 from receipts_app.models import MemoryDurableReceipt, ReceiptEvent
 from sessions_app.models import CompactedTranscriptEntry, CompactionSummary
+from sessions_app.services import delete_session
 from tests.factories import make_receipt, make_session
 
 pytestmark = pytest.mark.django_db
@@ -572,3 +573,27 @@ def test_failed_summary_is_retried_only_when_selected(workspaces, good_provider,
     assert [(p["sourceType"], p["status"]) for p in printed["processed"]] == [
         ("compaction_preimage", "repaired")
     ]
+
+
+def test_agent_list_reads_distinct_agents_in_two_queries(workspaces, django_assert_num_queries):
+    for index in range(30):
+        make_session(f"agent:research:webchat:q{index}")
+    make_receipt(session_key="agent:ops:webchat:s1", scope="repair", status="repair_pending")
+
+    with django_assert_num_queries(2) as captured:
+        agents = repair.repair_agent_ids()
+
+    assert agents == ["main", "ops", "research"]
+    # DISTINCT over agent_id alone: a default ordering column would return every session row.
+    assert all("updated_at" not in q["sql"] for q in captured.captured_queries)
+
+
+def test_deleting_a_session_removes_its_compactions_so_none_is_repaired(workspaces, good_provider):
+    make_session("agent:main:webchat:compacted")
+    _degraded_summary()
+
+    assert delete_session("agent:main:webchat:compacted")
+
+    assert CompactionSummary.objects.count() == 0
+    assert CompactedTranscriptEntry.objects.count() == 0
+    assert repair.run_repair_tick()["processed"] == []

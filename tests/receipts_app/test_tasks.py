@@ -10,7 +10,7 @@ import pytest
 
 from opensquilla_site.celery import app as celery_app
 from opensquilla_site.timeutil import now_ms
-from receipts_app import checkpoint, enqueue, flush_runtime, ledger, repair, tasks
+from receipts_app import checkpoint, enqueue, ledger, repair, tasks
 from receipts_app.audit import Actor
 from receipts_app.models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
 from receipts_app.requeue import create_requeue_plan, requeue_receipt, start_requeue_plan
@@ -228,9 +228,10 @@ def test_run_requeue_plan_task_runs_the_plan_in_slices(
 def test_repair_tick_runs_the_worker_and_resends_lost_work(
     monkeypatch, workspace, django_capture_on_commit_callbacks
 ):
-    monkeypatch.setattr(repair, "run_repair_tick", lambda: {"processed": []})
     monkeypatch.setattr(repair, "repair_one", lambda rid: {"status": "ok"})
     session = make_session(messages=2)
+    # Due for the repair worker, but its archive is gone: the tick tries it and backs off.
+    due = repair_row("repair_pending", attempt_count=1, target_path="memory/.raw_fallbacks/gone.md")
     # A checkpoint requeue whose message never reached the broker.
     lost = ledger.upsert_memory_durable_receipt(
         MemoryDurableReceipt(
@@ -261,7 +262,10 @@ def test_repair_tick_runs_the_worker_and_resends_lost_work(
     with django_capture_on_commit_callbacks(execute=True):
         result = tasks.repair_tick.delay().get()
 
-    assert result["repair"] == {"processed": []}
+    assert [p["receiptId"] for p in result["repair"]["processed"]] == [due.receipt_id]
+    backed_off = _fresh(due)
+    assert (backed_off.status, backed_off.attempt_count) == ("repair_pending", 1)
+    assert backed_off.next_retry_at_ms is not None and backed_off.next_retry_at_ms > now_ms()
     assert result["swept"] == {
         "checkpoints_resent": [lost.receipt_id],
         "plans_resent": [plan.plan_id],
@@ -277,15 +281,18 @@ def test_repair_tick_runs_the_worker_and_resends_lost_work(
     assert again["swept"] == {"checkpoints_resent": [], "plans_resent": []}
 
 
-def test_flush_runtime_is_called_with_the_ids_it_was_given(monkeypatch):
-    calls = []
-    monkeypatch.setattr(
-        flush_runtime,
-        "flush_session",
-        lambda key, turn_id=None: calls.append((key, turn_id)) or {"ok": True},
-    )
-    assert tasks.flush_session.delay("agent:main:webchat:a", turn_id="t-1").get() == {"ok": True}
-    assert calls == [("agent:main:webchat:a", "t-1")]
+def test_flush_task_flushes_that_session_under_the_turn_id_it_was_given(workspace):
+    session = make_session(messages=2)
+    tasks.flush_session.delay(session.session_key, turn_id="t-1").get()
+    # No flush provider configured: the transcript is archived raw and a repair is queued,
+    # both rows under the session's live generation and the given turn id.
+    rows = MemoryDurableReceipt.objects.filter(session_key=session.session_key)
+    assert sorted(rows.values_list("scope", "status", "turn_id", "session_id")) == [
+        ("preimage", "preimage_saved", "t-1", session.session_id),
+        ("repair", "repair_pending", "t-1", session.session_id),
+    ]
+    archive = workspace / rows.get(scope="preimage").target_path
+    assert archive.is_file()
 
 
 def test_every_message_the_services_send_names_a_registered_task():

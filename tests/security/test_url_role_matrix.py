@@ -37,6 +37,14 @@ from ninja.operation import PathView
 
 from opensquilla_site.models import ApiToken, IdempotentRequest
 from opensquilla_site.tokens import create_api_token, revoke_api_token
+from operations_app.models import (
+    AlertDelivery,
+    AlertIncident,
+    AlertRule,
+    Heartbeat,
+    OpsCounter,
+    TaskStat,
+)
 from receipts_app.audit import Actor
 from receipts_app.models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
 from receipts_app.requeue import create_requeue_plan
@@ -138,6 +146,18 @@ EXPECTED: dict[tuple[str, str], Rule] = {
     ("receipts:session_flush", "POST"): console(OPERATOR, body={"key": "@session"}),
     ("sessions:list", "GET"): console(VIEWER),
     ("sessions:detail", "GET"): console(VIEWER),
+    # Orchestrator probes (operations_app): no credentials, no data
+    ("healthz", "GET"): public(),
+    ("readyz", "GET"): public(),
+    # Prometheus text: a read token or a console role (401/403 JSON otherwise)
+    ("metrics", "GET"): api(VIEWER),
+    # Operations pages (operations_app.console_urls)
+    ("operations:liveness", "GET"): console(VIEWER),
+    ("operations:alerts", "GET"): console(ADMIN),
+    ("operations:alert_create", "GET"): console(ADMIN),
+    ("operations:alert_edit", "GET"): console(ADMIN),
+    ("operations:alert_test", "POST"): console(ADMIN, body={}),
+    ("operations:alert_deliveries", "GET"): console(ADMIN),
     # Accounts (rate-limited login; Django's auth views)
     ("login", "GET"): public(),
     ("login", "POST"): public(body={"username": "nobody-here", "password": "wrong"}),
@@ -208,6 +228,13 @@ EXPECTED: dict[tuple[str, str], Rule] = {
     # The audit log is append-only: readable, never added, changed or deleted by hand.
     **_admin_model("receipts_app_receiptevent", add=NOBODY, delete=NOBODY),
     **_admin_model("receipts_app_requeueplan", add=NOBODY),
+    # Operations: alert rules are the admins'; the rest is written by the system, read-only.
+    **_admin_model("operations_app_alertrule"),
+    **_admin_model("operations_app_alertdelivery", add=NOBODY),
+    **_admin_model("operations_app_alertincident", add=NOBODY),
+    **_admin_model("operations_app_heartbeat", add=NOBODY),
+    **_admin_model("operations_app_opscounter", add=NOBODY),
+    **_admin_model("operations_app_taskstat", add=NOBODY),
 }
 
 # --- enumerating the URLs -------------------------------------------------------------------
@@ -301,6 +328,9 @@ def world(db, workspace) -> World:
     idem = IdempotentRequest.objects.create(
         key="k", token_digest="d", method="POST", path="/x", status_code=200, response_body={}
     )
+    rule = AlertRule.objects.create(
+        name="matrix", condition="failure_status", threshold=1, channel="email", target="a@b.co"
+    )
     world = World(session=session, failed=failed, plan=plan, spare_token=spare)
     world.objects = {
         "auth_group": owner.groups.first(),
@@ -314,6 +344,12 @@ def world(db, workspace) -> World:
         "receipts_app_memorydurablereceipt": failed,
         "receipts_app_receiptevent": ReceiptEvent.objects.first(),
         "receipts_app_requeueplan": plan,
+        "operations_app_alertrule": rule,
+        "operations_app_alertdelivery": AlertDelivery.objects.create(rule=rule, kind="test"),
+        "operations_app_alertincident": AlertIncident.objects.create(rule=rule, subject="main"),
+        "operations_app_heartbeat": Heartbeat.objects.create(kind="worker", name="matrix"),
+        "operations_app_opscounter": OpsCounter.objects.create(name="matrix"),
+        "operations_app_taskstat": TaskStat.objects.create(task="matrix"),
     }
     return world
 
@@ -328,6 +364,7 @@ def concrete_path(endpoint: Endpoint, world: World) -> str:
         "key": world.session.session_key,
         "session_key": world.session.session_key,
         "plan_id": world.plan.plan_id,
+        "rule_id": str(world.objects["operations_app_alertrule"].pk),
         "agent_id": "main",
         "token_id": str(world.spare_token.pk),
         "object_id": str(obj.pk) if obj is not None else "1",

@@ -77,6 +77,7 @@ class Command(BaseCommand):
             f"rows processed: {len(processed)}"
         )
         for row in processed:
-            self.stdout.write(
-                f"  {row.get('receiptId') or '-'}  {row.get('status')}  {row.get('reason') or ''}"
+            subject = row.get("receiptId") or (
+                f"summary {row['summaryId']}" if row.get("summaryId") is not None else "-"
             )
+            self.stdout.write(f"  {subject}  {row.get('status')}  {row.get('reason') or ''}")

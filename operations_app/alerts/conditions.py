@@ -1,0 +1,122 @@
+"""Which subjects each alert rule finds firing right now.
+
+A ``Snapshot`` is read once per evaluation (counts table, two grouped queries, heartbeats,
+mirror state) and every rule is judged against it, so evaluation costs the same whatever the
+number of rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from opensquilla_site import timeutil
+from receipts_app.counts import ReceiptCount, receipt_counts
+from receipts_app.statuses import FAILURE_STATUSES
+
+from ..heartbeats import HeartbeatView, heartbeats, latest_seen
+from ..ledger_state import AgentSignals, agent_signals
+from ..mirror import MirrorView, mirror_views
+from ..models import AlertRule
+
+
+@dataclass(frozen=True)
+class Firing:
+    value: float
+    summary: str
+
+
+@dataclass
+class Snapshot:
+    now: int
+    counts: list[ReceiptCount]
+    agents: dict[str, AgentSignals]
+    beats: list[HeartbeatView] = field(default_factory=list)
+    mirrors: list[MirrorView] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, now: int | None = None) -> Snapshot:
+        now = timeutil.now_ms() if now is None else now
+        counts = receipt_counts()
+        return cls(
+            now=now,
+            counts=counts,
+            agents=agent_signals(counts, now),
+            beats=heartbeats(now),
+            mirrors=mirror_views(),
+        )
+
+
+def _agents(rule: AlertRule, snap: Snapshot) -> list[AgentSignals]:
+    return [s for a, s in sorted(snap.agents.items()) if not rule.agent or a == rule.agent]
+
+
+def _failures(rule: AlertRule, snap: Snapshot) -> dict[str, Firing]:
+    per_agent: dict[str, int] = {}
+    for row in snap.counts:
+        if row.status not in FAILURE_STATUSES:
+            continue
+        if (rule.agent and row.agent_id != rule.agent) or (rule.scope and row.scope != rule.scope):
+            continue
+        per_agent[row.agent_id] = per_agent.get(row.agent_id, 0) + row.count
+    where = f" in scope {rule.scope}" if rule.scope else ""
+    return {
+        agent: Firing(
+            n, f"{n} receipts of agent {agent or '(none)'}{where} are in a failure status"
+        )
+        for agent, n in sorted(per_agent.items())
+        if n >= rule.threshold
+    }
+
+
+def _silence(kind: str, rule: AlertRule, snap: Snapshot) -> dict[str, Firing]:
+    seen = latest_seen(kind, snap.beats)
+    label = "worker" if kind == "worker" else "beat"
+    if seen is None:
+        return {label: Firing(float("inf"), f"no running {label} has ever reported a heartbeat")}
+    silent_s = max(0, snap.now - seen) / 1000
+    if silent_s <= rule.threshold:
+        return {}
+    return {label: Firing(silent_s, f"no {label} heartbeat for {silent_s:.0f} s")}
+
+
+def firing_subjects(rule: AlertRule, snap: Snapshot) -> dict[str, Firing]:
+    """Subject → what fires, for every subject over the rule's threshold now."""
+    c = rule.condition
+    if c == AlertRule.FAILURE_STATUS:
+        return _failures(rule, snap)
+    if c == AlertRule.BACKLOG_COUNT:
+        return {
+            s.agent: Firing(s.backlog, f"repair backlog of agent {s.agent} is {s.backlog}")
+            for s in _agents(rule, snap)
+            if s.backlog > rule.threshold
+        }
+    if c == AlertRule.BACKLOG_AGE:
+        return {
+            s.agent: Firing(
+                s.oldest_due_repair_age_s,
+                f"oldest due repair of agent {s.agent} has waited {s.oldest_due_repair_age_s:.0f} s",
+            )
+            for s in _agents(rule, snap)
+            if s.oldest_due_repair_age_s is not None and s.oldest_due_repair_age_s > rule.threshold
+        }
+    if c == AlertRule.AT_RISK_AGE:
+        return {
+            s.agent: Firing(
+                s.oldest_at_risk_age_s,
+                f"memory of agent {s.agent} has been at risk for {s.oldest_at_risk_age_s:.0f} s "
+                f"({s.at_risk} unresolved failures)",
+            )
+            for s in _agents(rule, snap)
+            if s.oldest_at_risk_age_s is not None and s.oldest_at_risk_age_s > rule.threshold
+        }
+    if c == AlertRule.MIRROR_LAG:
+        return {
+            m.source: Firing(m.lag_seconds, f"mirror of {m.source} lags {m.lag_seconds:.0f} s")
+            for m in snap.mirrors
+            if m.lag_seconds is not None and m.lag_seconds > rule.threshold
+        }
+    if c == AlertRule.WORKER_SILENT:
+        return _silence("worker", rule, snap)
+    if c == AlertRule.BEAT_SILENT:
+        return _silence("beat", rule, snap)
+    return {}

@@ -1,0 +1,135 @@
+"""What an alert rule may say. The console form and the admin form both call ``validate_rule``.
+
+Webhook targets must be http(s) URLs whose host resolves and accepts a connection; when
+``OPENSQUILLA_ALERT_ALLOW_PRIVATE_TARGETS`` is off, a host resolving to a private, loopback,
+link-local or reserved address is refused (and checked again at every delivery, since DNS
+can change between the two).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+
+from ..models import AlertRule
+
+CONNECT_CHECK_TIMEOUT_S = 3.0
+# Conditions whose threshold counts receipts (whole numbers); the rest are seconds.
+COUNT_CONDITIONS = (AlertRule.FAILURE_STATUS, AlertRule.BACKLOG_COUNT)
+
+
+def private_targets_allowed() -> bool:
+    return bool(getattr(settings, "OPENSQUILLA_ALERT_ALLOW_PRIVATE_TARGETS", False))
+
+
+def _resolve(host: str, port: int) -> list[str]:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise ValidationError(f"The host {host!r} does not resolve.") from exc
+    return sorted({str(info[4][0]) for info in infos})
+
+
+def _is_private(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    return bool(
+        ip.is_private
+        or ip.is_loopback
+        or ip.is_link_local
+        or ip.is_reserved
+        or ip.is_multicast
+        or ip.is_unspecified
+    )
+
+
+def check_destination(url: str) -> tuple[str, int, list[str]]:
+    """Scheme, host and address checks shared by validation and every delivery."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https"):
+        raise ValidationError("Enter an http:// or https:// URL.")
+    if not parts.hostname:
+        raise ValidationError("The URL has no host.")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:
+        raise ValidationError("The URL's port is not a number between 1 and 65535.") from exc
+    addresses = _resolve(parts.hostname, port)
+    if not private_targets_allowed():
+        private = [a for a in addresses if _is_private(a)]
+        if private:
+            raise ValidationError(
+                "The URL points to a private or local address, which this site does not allow "
+                "(OPENSQUILLA_ALERT_ALLOW_PRIVATE_TARGETS)."
+            )
+    return parts.hostname, port, addresses
+
+
+def validate_webhook_url(url: str) -> None:
+    host, port, addresses = check_destination(url)
+    for address in addresses:
+        try:
+            with socket.create_connection((address, port), timeout=CONNECT_CHECK_TIMEOUT_S):
+                return
+        except OSError:
+            continue
+    raise ValidationError(f"Nothing answers at {host}:{port}: the URL is unreachable.")
+
+
+def email_recipients(target: str) -> list[str]:
+    return [part.strip() for part in target.replace(";", ",").split(",") if part.strip()]
+
+
+def validate_emails(target: str) -> None:
+    recipients = email_recipients(target)
+    if not recipients:
+        raise ValidationError("Enter at least one e-mail address.")
+    bad = []
+    for address in recipients:
+        try:
+            validate_email(address)
+        except ValidationError:
+            bad.append(address)
+    if bad:
+        raise ValidationError(f"Not a valid e-mail address: {', '.join(bad)}.")
+
+
+def validate_rule(
+    *, condition: str, threshold: float | None, channel: str, target: str
+) -> dict[str, str]:
+    """Field name → message for everything wrong with the rule (empty: the rule is fine)."""
+    errors: dict[str, str] = {}
+    if condition not in dict(AlertRule.CONDITIONS):
+        errors["condition"] = "Choose one of the listed conditions."
+    if threshold is None:
+        errors["threshold"] = "Enter a threshold."
+    elif threshold <= 0:
+        errors["threshold"] = "The threshold must be greater than zero."
+    elif condition in COUNT_CONDITIONS and threshold != int(threshold):
+        errors["threshold"] = "This condition counts receipts: enter a whole number."
+    target = (target or "").strip()
+    try:
+        if channel in (AlertRule.WEBHOOK, AlertRule.SLACK):
+            validate_webhook_url(target)
+        elif channel == AlertRule.EMAIL:
+            validate_emails(target)
+        else:
+            errors["channel"] = "Choose one of the listed channels."
+    except ValidationError as exc:
+        errors["target"] = " ".join(exc.messages)
+    return errors
+
+
+def masked_target(rule: AlertRule) -> str:
+    """What pages may show of a target: scheme and host of a URL (its path often holds a token)."""
+    if rule.channel == AlertRule.EMAIL:
+        return rule.target
+    parts = urlsplit(rule.target)
+    if not parts.hostname:
+        return "(invalid URL)"
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname}{port}/…"

@@ -1,0 +1,165 @@
+"""Celery signal receivers: task statistics, worker heartbeats and beat ticks.
+
+Every receiver swallows its own errors: statistics must never fail or slow down the task or
+the worker they describe. They write to the database so that every web process can read them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+from celery import signals
+from django.db import IntegrityError, transaction
+from django.db.models import F
+
+from opensquilla_site import timeutil
+
+from . import heartbeats
+from .models import TaskStat
+
+logger = logging.getLogger(__name__)
+
+_started: dict[str, float] = {}
+_started_lock = threading.Lock()
+# Set in the beat process by ``beat_init``: its task publishes are its ticks.
+_IS_BEAT = {"value": False}
+
+
+def record_task_run(task: str, *, duration_ms: float, failed: bool, now: int | None = None) -> None:
+    now = timeutil.now_ms() if now is None else now
+    fields: dict[str, Any] = {
+        "runs": F("runs") + 1,
+        "duration_sum_ms": F("duration_sum_ms") + duration_ms,
+        "last_run_at": now,
+    }
+    if failed:
+        fields.update(failures=F("failures") + 1, last_failure_at=now)
+    if TaskStat.objects.filter(task=task).update(**fields):
+        return
+    try:
+        with transaction.atomic():
+            TaskStat.objects.create(
+                task=task,
+                runs=1,
+                failures=int(failed),
+                duration_sum_ms=duration_ms,
+                last_run_at=now,
+                last_failure_at=now if failed else None,
+            )
+    except IntegrityError:
+        TaskStat.objects.filter(task=task).update(**fields)
+
+
+@signals.task_prerun.connect
+def _task_prerun(task_id: str | None = None, **_: Any) -> None:
+    if task_id:
+        with _started_lock:
+            _started[task_id] = time.monotonic()
+
+
+@signals.task_postrun.connect
+def _task_postrun(
+    task_id: str | None = None, task: Any = None, state: str | None = None, **_: Any
+) -> None:
+    with _started_lock:
+        started = _started.pop(task_id or "", None)
+    if task is None or started is None:
+        return
+    try:
+        record_task_run(
+            getattr(task, "name", str(task)),
+            duration_ms=(time.monotonic() - started) * 1000,
+            failed=state == "FAILURE",
+        )
+    except Exception:  # noqa: BLE001
+        logger.warning("could not record the run of %s", getattr(task, "name", task), exc_info=True)
+
+
+def _worker_name(sender: Any) -> str:
+    for obj in (sender, getattr(sender, "eventer", None)):
+        hostname = getattr(obj, "hostname", None)
+        if isinstance(hostname, str) and hostname:
+            return hostname
+    return f"celery@{socket.gethostname()}.{os.getpid()}"
+
+
+@signals.worker_ready.connect
+def _worker_ready(sender: Any = None, **_: Any) -> None:
+    try:
+        heartbeats.mark_started("worker", _worker_name(sender), {"pid": os.getpid()})
+    except Exception:  # noqa: BLE001
+        logger.warning("could not record the worker start", exc_info=True)
+    _start_beat_watch()
+
+
+# Beat schedules the alert evaluation, so a dead beat could never alert about itself: each
+# worker also evaluates the "no beat tick" rules on its own timer.
+BEAT_WATCH_INTERVAL_S = 60.0
+_beat_watch_started = threading.Event()
+
+
+def _beat_watch_loop() -> None:
+    from django.db import connections
+
+    from .alerts.evaluate import evaluate_alerts
+    from .models import AlertRule
+
+    while True:
+        time.sleep(BEAT_WATCH_INTERVAL_S)
+        try:
+            evaluate_alerts(conditions=[AlertRule.BEAT_SILENT])
+        except Exception:  # noqa: BLE001
+            logger.warning("beat watch evaluation failed", exc_info=True)
+        finally:
+            connections.close_all()
+
+
+def _start_beat_watch() -> None:
+    if _beat_watch_started.is_set():
+        return
+    _beat_watch_started.set()
+    threading.Thread(target=_beat_watch_loop, name="beat-watch", daemon=True).start()
+
+
+@signals.heartbeat_sent.connect
+def _worker_heartbeat(sender: Any = None, **_: Any) -> None:
+    try:
+        heartbeats.record_heartbeat("worker", _worker_name(sender))
+    except Exception:  # noqa: BLE001
+        logger.warning("could not record the worker heartbeat", exc_info=True)
+
+
+@signals.worker_shutdown.connect
+def _worker_shutdown(sender: Any = None, **_: Any) -> None:
+    try:
+        heartbeats.record_heartbeat("worker", _worker_name(sender), state="stopped")
+    except Exception:  # noqa: BLE001
+        logger.warning("could not record the worker shutdown", exc_info=True)
+
+
+def beat_name() -> str:
+    return f"beat@{socket.gethostname()}"
+
+
+@signals.beat_init.connect
+def _beat_init(sender: Any = None, **_: Any) -> None:
+    _IS_BEAT["value"] = True
+    try:
+        heartbeats.mark_started("beat", beat_name(), {"pid": os.getpid()})
+    except Exception:  # noqa: BLE001
+        logger.warning("could not record the beat start", exc_info=True)
+
+
+@signals.before_task_publish.connect
+def _beat_tick(sender: str | None = None, **_: Any) -> None:
+    if not _IS_BEAT["value"]:
+        return
+    try:
+        heartbeats.record_heartbeat("beat", beat_name(), details={"last_task": sender or ""})
+    except Exception:  # noqa: BLE001
+        logger.warning("could not record the beat tick", exc_info=True)

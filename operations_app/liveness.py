@@ -1,0 +1,62 @@
+"""Are the workers and the scheduler alive, is work piling up, is the mirror keeping up?
+
+One report for the liveness page (and the alert rules that watch the same signals): each part
+says how old its information is, because a heartbeat table can only tell when it last heard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from opensquilla_site import timeutil
+
+from .heartbeats import HeartbeatView, heartbeats
+from .mirror import MirrorView, mirror_views
+from .queues import QueueDepth, queue_depths
+
+
+def stale_after_s() -> float:
+    """A worker or beat not heard from for this long is shown (and alerted) as silent."""
+    return float(getattr(settings, "OPENSQUILLA_HEARTBEAT_STALE_SECONDS", 60))
+
+
+@dataclass(frozen=True)
+class ProcessLiveness:
+    heartbeat: HeartbeatView
+    alive: bool
+
+    @property
+    def age_s(self) -> float:
+        return self.heartbeat.age_ms / 1000
+
+
+@dataclass
+class LivenessReport:
+    generated_at: int
+    stale_after_s: float
+    workers: list[ProcessLiveness] = field(default_factory=list)
+    beats: list[ProcessLiveness] = field(default_factory=list)
+    queues: list[QueueDepth] = field(default_factory=list)
+    mirrors: list[MirrorView] = field(default_factory=list)
+
+    @property
+    def workers_alive(self) -> int:
+        return sum(1 for w in self.workers if w.alive)
+
+    @property
+    def beat_alive(self) -> bool:
+        return any(b.alive for b in self.beats)
+
+
+def liveness_report(now: int | None = None) -> LivenessReport:
+    now = timeutil.now_ms() if now is None else now
+    limit = stale_after_s()
+    report = LivenessReport(generated_at=now, stale_after_s=limit)
+    for hb in heartbeats(now):
+        entry = ProcessLiveness(hb, hb.state == "running" and hb.age_ms / 1000 <= limit)
+        (report.workers if hb.kind == "worker" else report.beats).append(entry)
+    report.queues = queue_depths()
+    report.mirrors = mirror_views()
+    return report

@@ -1,0 +1,157 @@
+"""The Prometheus exposition of ``/metrics``, built fresh from shared state on each scrape.
+
+Nothing is kept in process memory: every value is read from the database (counts table,
+counters, task statistics, heartbeats) or the broker, so any gunicorn worker answers the same.
+One scrape runs a fixed number of queries whatever the ledger's size (see docs/OPERATIONS.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
+from prometheus_client.registry import Collector
+
+from opensquilla_site import timeutil
+from receipts_app.counts import receipt_counts
+
+from . import counters, heartbeats
+from .ledger_state import agent_signals
+from .mirror import mirror_views
+from .models import TaskStat
+from .queues import queue_depths
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _ledger_metrics(now: int) -> Iterator[Metric]:
+    counts = receipt_counts()
+    receipts = GaugeMetricFamily(
+        "opensquilla_receipts",
+        "Receipts in the ledger per agent, scope and status.",
+        labels=["agent", "scope", "status"],
+    )
+    for row in counts:
+        receipts.add_metric([row.agent_id, row.scope, row.status], row.count)
+    yield receipts
+
+    signals = agent_signals(counts, now)
+    backlog = GaugeMetricFamily(
+        "opensquilla_repair_backlog", "Repairs queued (due or not) per agent.", labels=["agent"]
+    )
+    due_age = GaugeMetricFamily(
+        "opensquilla_repair_oldest_due_age_seconds",
+        "How long the oldest due repair of each agent has waited since it became due.",
+        labels=["agent"],
+    )
+    at_risk = GaugeMetricFamily(
+        "opensquilla_memory_at_risk",
+        "Unresolved failures per agent: memory not safe anywhere until requeued or acknowledged.",
+        labels=["agent"],
+    )
+    risk_age = GaugeMetricFamily(
+        "opensquilla_memory_at_risk_oldest_age_seconds",
+        "Age of the oldest unresolved failure per agent.",
+        labels=["agent"],
+    )
+    for agent, s in sorted(signals.items()):
+        backlog.add_metric([agent], s.backlog)
+        at_risk.add_metric([agent], s.at_risk)
+        if s.oldest_due_repair_age_s is not None:
+            due_age.add_metric([agent], s.oldest_due_repair_age_s)
+        if s.oldest_at_risk_age_s is not None:
+            risk_age.add_metric([agent], s.oldest_at_risk_age_s)
+    yield from (backlog, due_age, at_risk, risk_age)
+
+
+def _counter_metrics() -> Iterator[Metric]:
+    values = counters.read_counters()
+    outcomes = CounterMetricFamily(
+        "opensquilla_requeue_outcomes",
+        "Requeue attempts by outcome (single requeues and plan batches).",
+        labels=["outcome"],
+    )
+    for outcome, value in sorted(values.get(counters.REQUEUE_OUTCOMES, {}).items()):
+        outcomes.add_metric([outcome], value)
+    yield outcomes
+    yield CounterMetricFamily(
+        "opensquilla_plan_rows_processed",
+        "Receipts processed by requeue plans.",
+        value=sum(values.get(counters.PLAN_ROWS_PROCESSED, {}).values()),
+    )
+
+
+def _task_metrics() -> Iterator[Metric]:
+    runs = CounterMetricFamily("opensquilla_task_runs", "Celery task runs.", labels=["task"])
+    failures = CounterMetricFamily(
+        "opensquilla_task_failures", "Celery task runs that failed.", labels=["task"]
+    )
+    durations = SummaryMetricFamily(
+        "opensquilla_task_duration_seconds", "Celery task run time.", labels=["task"]
+    )
+    for task, n, failed, total_ms in TaskStat.objects.values_list(
+        "task", "runs", "failures", "duration_sum_ms"
+    ):
+        runs.add_metric([task], n)
+        failures.add_metric([task], failed)
+        durations.add_metric([task], count_value=n, sum_value=total_ms / 1000)
+    yield from (runs, failures, durations)
+
+
+def _liveness_metrics() -> Iterator[Metric]:
+    rows = heartbeats.heartbeats()
+    worker = GaugeMetricFamily(
+        "opensquilla_worker_last_heartbeat_timestamp_seconds",
+        "Unix time of each running Celery worker's last heartbeat.",
+        labels=["worker"],
+    )
+    beat = GaugeMetricFamily(
+        "opensquilla_beat_last_tick_timestamp_seconds",
+        "Unix time of beat's last scheduled publish.",
+        labels=["beat"],
+    )
+    for row in rows:
+        if row.state != "running":
+            continue
+        target = worker if row.kind == "worker" else beat
+        target.add_metric([row.name], row.seen_at / 1000)
+    yield from (worker, beat)
+    depth = GaugeMetricFamily(
+        "opensquilla_queue_depth", "Messages waiting per Celery queue.", labels=["queue"]
+    )
+    for q in queue_depths():
+        if q.depth is not None:
+            depth.add_metric([q.queue], q.depth)
+    yield depth
+    mirrors = mirror_views()
+    if mirrors:
+        lag = GaugeMetricFamily(
+            "opensquilla_mirror_lag_seconds",
+            "How far the live mirror is behind its OpenSquilla sessions.db.",
+            labels=["source"],
+        )
+        for m in mirrors:
+            if m.lag_seconds is not None:
+                lag.add_metric([m.source], m.lag_seconds)
+        yield lag
+
+
+class OpensquillaCollector(Collector):
+    def collect(self) -> Iterator[Metric]:
+        now = timeutil.now_ms()
+        yield from _ledger_metrics(now)
+        yield from _counter_metrics()
+        yield from _task_metrics()
+        yield from _liveness_metrics()
+
+
+def render_metrics() -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(OpensquillaCollector())
+    return generate_latest(registry)

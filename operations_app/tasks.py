@@ -1,0 +1,47 @@
+"""Celery tasks of operations: alert evaluation (from beat) and alert delivery (with backoff)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+from django.db import InterfaceError, OperationalError
+
+_RETRY: dict[str, Any] = {
+    "acks_late": True,
+    "autoretry_for": (OperationalError, InterfaceError),
+    "retry_backoff": 5,
+    "retry_backoff_max": 120,
+    "max_retries": 5,
+}
+
+
+@shared_task(soft_time_limit=120, time_limit=150, **_RETRY)
+def evaluate_alerts() -> dict[str, int]:
+    from .alerts.evaluate import evaluate_alerts as evaluate
+
+    out = evaluate()
+    return {
+        "opened": out.opened,
+        "resolved": out.resolved,
+        "suppressed": out.suppressed,
+        "deliveries": len(out.deliveries),
+    }
+
+
+@shared_task(soft_time_limit=60, time_limit=90, **_RETRY)
+def deliver_alert(delivery_id: int) -> dict[str, Any]:
+    from .alerts.delivery import attempt_delivery
+
+    outcome = attempt_delivery(delivery_id)
+    if outcome.retry_in_s is not None:
+        deliver_alert.apply_async((delivery_id,), countdown=outcome.retry_in_s)
+    return {"delivery": delivery_id, "state": outcome.state, "error": outcome.error}
+
+
+@shared_task(soft_time_limit=240, time_limit=300, **_RETRY)
+def track_time_at_risk() -> dict[str, int]:
+    from .time_at_risk import track_time_at_risk as track
+
+    out = track()
+    return {"opened": out.opened, "closed": out.closed}

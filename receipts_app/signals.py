@@ -1,0 +1,13 @@
+"""Signals the ledger's services send for observers outside ``receipts_app``.
+
+``operations_app`` turns them into its /metrics counters; ``receipts_app`` never imports it
+(import-linter's "receipts-below-operations" contract). Receivers run synchronously, inside
+the sender's transaction, so a rolled-back requeue takes its count back with it.
+"""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+# kwargs: outcomes (mapping of requeue outcome -> how many), plan_rows (rows a plan batch took)
+requeue_outcomes_recorded = Signal()

@@ -1,0 +1,134 @@
+"""The liveness page as a viewer reads it: who is alive, since when, and what waits in queues."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from kombu import Connection
+
+from opensquilla_site import timeutil
+from operations_app import heartbeats
+from operations_app.models import Heartbeat
+from tests.console.conftest import hx
+from tests.factories import make_user
+
+pytestmark = pytest.mark.django_db
+URL = "/operations/liveness/"
+
+
+@pytest.fixture
+def viewer(db) -> Client:
+    make_user("lena", "viewer")
+    client = Client()
+    client.login(username="lena", password="pw-Secret-123")
+    return client
+
+
+def _heartbeat(kind: str, name: str, age_s: int, state: str = "running") -> None:
+    now = timeutil.now_ms()
+    heartbeats.mark_started(kind, name)
+    Heartbeat.objects.filter(kind=kind, name=name).update(
+        seen_at=now - age_s * 1000 - 500, started_at=now - 9 * 3600_000, state=state
+    )
+
+
+@pytest.fixture
+def fs_broker(settings, tmp_path):
+    folder = tmp_path / "broker-in"
+    folder.mkdir()
+    settings.CELERY_BROKER_URL = "filesystem://"
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(folder),
+        "data_folder_out": str(folder),
+    }
+    return folder
+
+
+def test_liveness_shows_alive_silent_and_stopped_workers_and_beat(viewer, settings, fs_broker):
+    # Ages in whole minutes and hours, so the page's rounding cannot flake.
+    settings.OPENSQUILLA_HEARTBEAT_STALE_SECONDS = 3600
+    _heartbeat("worker", "celery@alive", 5)
+    _heartbeat("worker", "celery@silent", 7200)
+    _heartbeat("worker", "celery@gone", 30, state="stopped")
+    _heartbeat("beat", "beat@host", 1800)
+    response = viewer.get(URL)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "1 alive" in html and "of 3 known" in html
+    assert "celery@alive" in html and "celery@silent" in html
+    assert "2 h ago" in html  # the silent worker's age, as a person reads it
+    assert "stopped" in html and "silent" in html
+    assert "ticking" in html and "last tick 30 min ago" in html
+
+
+def test_liveness_without_any_heartbeat_says_how_to_start_a_worker(viewer, fs_broker):
+    html = viewer.get(URL).content.decode()
+    assert "No worker has ever reported" in html
+    assert "never seen" in html
+    assert "No mirror is running" in html
+
+
+def test_queue_depth_on_the_filesystem_broker_counts_real_messages(viewer, settings, fs_broker):
+    with Connection(
+        "filesystem://", transport_options=settings.CELERY_BROKER_TRANSPORT_OPTIONS
+    ) as conn:
+        queue = conn.SimpleQueue("celery")
+        for i in range(3):
+            queue.put({"n": i})
+        queue.close()
+    html = viewer.get(URL).content.decode()
+    assert "<td><code>celery</code></td><td>filesystem</td>" in html
+    assert '<td class="num">3</td>' in html
+
+
+@pytest.mark.redis
+def test_queue_depth_on_redis_counts_real_messages(viewer, settings):
+    url = os.environ.get("CELERY_BROKER_URL", "")
+    if not url.startswith("redis://"):
+        pytest.skip("needs a Redis broker: set CELERY_BROKER_URL=redis://...")
+    queue_name = f"osq-liveness-{uuid.uuid4().hex[:10]}"
+    settings.CELERY_BROKER_URL = url
+    settings.CELERY_TASK_DEFAULT_QUEUE = queue_name
+    with Connection(url) as conn:
+        queue = conn.SimpleQueue(queue_name)
+        try:
+            for i in range(4):
+                queue.put({"n": i})
+            html = viewer.get(URL).content.decode()
+        finally:
+            queue.clear()
+            queue.close()
+    assert f"<td><code>{queue_name}</code></td><td>redis</td>" in html
+    assert '<td class="num">4</td>' in html
+
+
+def test_an_unreachable_broker_shows_unreadable_not_an_error(viewer, settings):
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"
+    response = viewer.get(URL)
+    assert response.status_code == 200
+    assert "unreadable" in response.content.decode()
+
+
+def test_liveness_refresh_fragment_and_query_count(viewer, fs_broker):
+    _heartbeat("worker", "celery@one", 5)
+    with CaptureQueriesContext(connection) as small:
+        response = viewer.get(URL, **hx("liveness-body"))
+    assert response.status_code == 200
+    assert "<html" not in response.content.decode()  # the fragment only
+    for i in range(30):
+        _heartbeat("worker", f"celery@many-{i}", i)
+    with CaptureQueriesContext(connection) as large:
+        viewer.get(URL, **hx("liveness-body"))
+    assert len(large.captured_queries) == len(small.captured_queries)
+    assert len(small.captured_queries) <= 8
+
+
+def test_the_nav_links_to_liveness(viewer, fs_broker):
+    html = viewer.get(reverse("receipts:overview")).content.decode()
+    assert f'href="{URL}"' in html

@@ -1,0 +1,122 @@
+"""Time at risk: each failure's time to resolution, per agent now, and MTTR over 30/90 days."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from opensquilla_site import timeutil
+from operations_app.models import RiskDaily, RiskInterval
+from operations_app.tasks import track_time_at_risk as track_task
+from operations_app.time_at_risk import time_at_risk_by_agent, track_time_at_risk
+from receipts_app import ledger
+from receipts_app.audit import Actor
+from receipts_app.models import MemoryDurableReceipt
+from receipts_app.requeue import acknowledge_receipt
+from tests.factories import make_receipt, make_user
+
+pytestmark = pytest.mark.django_db
+HOUR = 3600_000
+ADA = Actor("ada", "console")
+
+
+def _at(receipt: MemoryDurableReceipt, **fields) -> None:
+    MemoryDurableReceipt.objects.filter(pk=receipt.pk).update(**fields)
+
+
+def test_a_failure_is_tracked_until_it_is_acknowledged():
+    now = timeutil.now_ms()
+    failed = make_receipt(session_key="agent:main:webchat:a", status="checkpoint_failed")
+    _at(failed, updated_at=now - 5 * HOUR)
+    assert track_time_at_risk(now=now).opened == 1
+    assert track_time_at_risk(now=now).opened == 0  # once per failure
+    (agent,) = time_at_risk_by_agent(now=now)
+    assert agent.agent == "main" and agent.open_failures == 1
+    assert agent.at_risk_for_s == 5 * 3600
+
+    acknowledge_receipt(receipt_id=failed.receipt_id, actor=ADA, reason="known outage")
+    _at(failed, updated_at=now - 2 * HOUR)  # the acknowledging write, 3 h after the failure
+    assert track_time_at_risk(now=now).closed == 1
+    interval = RiskInterval.objects.get()
+    assert interval.resolution == "acknowledged"
+    assert interval.resolved_at - interval.started_at == 3 * HOUR
+    (agent,) = time_at_risk_by_agent(now=now)
+    assert agent.open_failures == 0 and agent.at_risk_for_s is None
+    assert agent.mttr_30d_s == 3 * 3600 and agent.resolved_30d == 1
+
+
+def test_a_requeued_checkpoint_stays_at_risk_until_recovered():
+    now = timeutil.now_ms()
+    failed = make_receipt(session_key="agent:main:webchat:b", status="checkpoint_failed")
+    _at(failed, updated_at=now - 4 * HOUR)
+    track_time_at_risk(now=now)
+    _at(failed, status="checkpoint_requeued", updated_at=now - 3 * HOUR)
+    assert track_time_at_risk(now=now).closed == 0
+    _at(failed, status="checkpoint_recovered", updated_at=now - HOUR)
+    assert track_time_at_risk(now=now).closed == 1
+    assert RiskInterval.objects.get().resolution == "checkpoint_recovered"
+
+
+def test_a_purged_receipt_closes_its_interval():
+    failed = make_receipt(session_key="agent:main:webchat:c", status="repair_abandoned")
+    track_time_at_risk()
+    ledger.purge_receipts_for_session_key("agent:main:webchat:c")
+    assert track_time_at_risk().closed == 1
+    assert RiskInterval.objects.get(receipt_id=failed.receipt_id).resolution == "purged"
+
+
+def test_mttr_30_and_90_days_come_from_the_daily_rollups():
+    now = timeutil.now_ms()
+    day = 24 * HOUR
+    # Two recoveries 10 days ago (1 h and 3 h) and one 60 days ago (10 h).
+    for age_days, hours in ((10, 1), (10, 3), (60, 10)):
+        r = make_receipt(
+            session_key=f"agent:ops:webchat:{age_days}-{hours}", status="checkpoint_failed"
+        )
+        _at(r, updated_at=now - age_days * day - hours * HOUR)
+        track_time_at_risk(now=now)
+        _at(r, status="checkpoint_recovered", updated_at=now - age_days * day)
+        track_time_at_risk(now=now)
+    (agent,) = time_at_risk_by_agent(now=now)
+    assert agent.resolved_30d == 2 and agent.mttr_30d_s == 2 * 3600
+    assert agent.resolved_90d == 3 and agent.mttr_90d_s == (1 + 3 + 10) / 3 * 3600
+    assert len(agent.daily_mttr_s) == 90
+    assert sum(1 for v in agent.daily_mttr_s if v) == 2
+    assert RiskDaily.objects.count() == 2
+
+
+def test_the_overview_shows_time_at_risk(viewer_page):
+    now = timeutil.now_ms()
+    for i in range(3):
+        r = make_receipt(session_key=f"agent:a{i}:webchat:x", status="checkpoint_failed")
+        _at(r, updated_at=now - 2 * 24 * HOUR - 60_000)
+    track_task.apply()
+    html = viewer_page.get("/").content.decode()
+    assert "Time at risk" in html
+    assert html.count("<strong>2 d</strong>") == 3
+
+
+def test_the_panel_reads_two_queries_whatever_the_history(django_assert_num_queries):
+    now = timeutil.now_ms()
+    for i in range(30):
+        r = make_receipt(session_key=f"agent:a{i % 6}:webchat:{i}", status="checkpoint_failed")
+        _at(r, updated_at=now - (i + 1) * 24 * HOUR)
+        track_time_at_risk(now=now)
+        if i % 2:
+            _at(r, status="checkpoint_superseded", updated_at=now - i * 24 * HOUR)
+    track_time_at_risk(now=now)
+    with django_assert_num_queries(2):
+        agents = time_at_risk_by_agent(now=now)
+    assert len(agents) == 6
+
+
+@pytest.fixture
+def viewer_page(db) -> Client:
+    make_user("vera", "viewer")
+    client = Client()
+    client.login(username="vera", password="pw-Secret-123")
+    return client
+
+
+def test_beat_schedules_the_tracking(settings):
+    assert settings.CELERY_BEAT_SCHEDULE["time-at-risk"]["task"] == track_task.name
