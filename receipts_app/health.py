@@ -2,8 +2,9 @@
 two signals and one of ours.
 
 Every count comes with the filter (``ReceiptFilter.to_params()``) that lists exactly the rows
-counted, and is counted through that filter (``selectors.filter_receipts``), so a count and
-the link a page builds from its filter cannot disagree.
+counted: the agent (``agent_id``) and the finding's statuses, over every scope, which is how the
+counts are summed from ``receipts_app.counts``. A count and the link a page builds from its
+filter cannot disagree.
 
 - ``memorySafety``: "error" while content is not safe anywhere: rows in
   ``MEMORY_SAFETY_ERROR_STATUSES`` (a requeued checkpoint stays one until the worker recovers
@@ -16,18 +17,19 @@ the link a page builds from its filter cannot disagree.
 - ``terminalRepairs``: repairs whose automatic budget is spent (``repair_failed``,
   ``repair_abandoned``). Upstream's health counts them nowhere; they wait for an operator.
 
-Counts are exact (one grouped query serves every agent of ``health_by_agent``).
+One read of ``receipt_counts()`` serves every agent of ``health_by_agent``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count, Min, QuerySet
+from django.db.models import Min, QuerySet
 
 from opensquilla_site import timeutil
 from sessions_app.keys import agent_prefix
 
+from .counts import receipt_counts
 from .ledger import literal_prefix
 from .models import MemoryDurableReceipt
 from .selectors import ReceiptFilter, filter_receipts
@@ -51,41 +53,39 @@ def _filter(agent_id: str | None, statuses: tuple[str, ...]) -> ReceiptFilter:
     return ReceiptFilter(agent=agent_id or None, statuses=statuses)
 
 
-_COUNTED = MEMORY_SAFETY_ERROR_STATUSES + REPAIR_QUEUE_STATUSES + TERMINAL_REPAIR_STATUSES
-
-
 class _Counts:
-    """The counts health reports, for one agent or for every agent at once (two queries).
+    """The counts health reports, read from ``counts.receipt_counts()`` (exact per agent, scope
+    and status), plus the oldest queued repair per agent (one grouped query).
 
-    Counted through ``filter_receipts`` with the same filters the findings return, grouped by
-    agent only when all agents are read together (``agent`` is the ``agent_id`` column, which
-    is exactly what the filter's ``agent`` parameter selects).
+    A finding's filter is ``agent`` (the ``agent_id`` column) and its statuses over every
+    scope, so summing the counts table over scopes counts exactly the rows the filter lists.
     """
 
-    def __init__(self, agent_id: str | None, *, by_agent: bool = False) -> None:
-        base = filter_receipts(_filter(agent_id, _COUNTED)).order_by()
-        group = ("agent_id", "status") if by_agent else ("status",)
-        self._counts: dict[tuple[str, ...], int] = {}
-        for *key, n in base.values_list(*group).annotate(n=Count("id")).values_list(*group, "n"):
-            self._counts[tuple(key)] = n
+    def __init__(self, agent_id: str | None) -> None:
+        self._counts: dict[tuple[str, str], int] = {}
+        for row in receipt_counts():
+            key = (row.agent_id, row.status)
+            self._counts[key] = self._counts.get(key, 0) + row.count
         queue = filter_receipts(_filter(agent_id, REPAIR_QUEUE_STATUSES)).order_by()
-        if by_agent:
-            oldest = queue.values_list("agent_id").annotate(m=Min("created_at"))
-            self._oldest = {agent: m for agent, m in oldest.values_list("agent_id", "m")}
-        else:
-            self._oldest = {"": queue.aggregate(m=Min("created_at"))["m"]}
-        self._by_agent = by_agent
+        oldest = queue.values_list("agent_id").annotate(m=Min("created_at"))
+        self._oldest = dict(oldest.values_list("agent_id", "m"))
 
     def by_status(self, agent_id: str | None, statuses: tuple[str, ...]) -> dict[str, int]:
         out: dict[str, int] = {}
         for status in statuses:
-            key = (agent_id or "", status) if self._by_agent else (status,)
-            if self._counts.get(key):
-                out[status] = self._counts[key]
+            n = sum(
+                count
+                for (agent, row_status), count in self._counts.items()
+                if row_status == status and (agent_id is None or agent == agent_id)
+            )
+            if n:
+                out[status] = n
         return out
 
     def oldest_queued(self, agent_id: str | None) -> int | None:
-        return self._oldest.get((agent_id or "") if self._by_agent else "")
+        if agent_id is not None:
+            return self._oldest.get(agent_id)
+        return min(self._oldest.values(), default=None)
 
 
 def _window(agent_id: str | None) -> tuple[int, list[str]]:
@@ -183,5 +183,5 @@ def health_by_agent(*, now_ms: int | None = None) -> list[dict[str, Any]]:
         .values_list("agent_id", flat=True)
         .distinct()
     )
-    counts = _Counts(None, by_agent=True)
+    counts = _Counts(None)
     return [_health(agent, counts, now) for agent in agents]
