@@ -1,7 +1,8 @@
 """Admin for API tokens and the idempotent-request store.
 
 A token's secret is shown once by ``create_api_token`` and only its digest is stored; the
-admin shows the prefix and scope and can revoke, but never edits the digest.
+admin shows the prefix and scope and can rename or revoke (through ``revoke_api_token``), but
+never edits the digest, and a token keeps its user and scope (a token never outranks its user).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from .models import ApiToken, IdempotentRequest
-from .timeutil import now_ms
+from .tokens import revoke_api_token
 
 
 @admin.register(ApiToken)
@@ -23,7 +24,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
     search_fields = ("name", "=prefix", "user__username")
     list_select_related = ("user",)
     exclude = ("digest",)
-    readonly_fields = ("prefix", "created_at", "last_used_at", "revoked_at")
+    readonly_fields = ("user", "scope", "prefix", "created_at", "last_used_at", "revoked_at")
     actions = ("revoke",)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -32,8 +33,10 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=now_ms())
-        self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)
+        ids = list(queryset.filter(revoked_at__isnull=True).values_list("pk", flat=True))
+        for token_id in ids:
+            revoke_api_token(token_id=token_id)
+        self.message_user(request, f"Revoked {len(ids)} token(s).", messages.SUCCESS)
 
 
 @admin.register(IdempotentRequest)

@@ -6,7 +6,8 @@ domain errors become HTTP statuses:
 - ``KeyError`` is 404 (``GenerationChanged`` is an ``ApplicationError`` first: 409);
 - ``ValueError`` is 422, as is a request that fails schema validation;
 - a write refused by a unique constraint is 409;
-- unparseable JSON is 400, a body over the limit 413, a missing or bad credential 401, a
+- unparseable JSON is 400, a body over the limit 413 (with ``limit_bytes``), a body not sent
+  as JSON 415, JSON nested too deeply 422, a missing or bad credential 401, a
   missing scope or failed CSRF check 403;
 - anything else is a logged 500 that shows no stack trace.
 """
@@ -17,6 +18,7 @@ import logging
 from typing import Any
 
 import pydantic
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import IntegrityError
 from django.http import Http404, HttpRequest, HttpResponse
@@ -28,9 +30,10 @@ from receipts_app.api import health_router, plans_router, session_receipts_route
 from receipts_app.api import router as receipts_router
 from sessions_app.api import router as sessions_router
 
+from .api_docs import docs_access
 from .auth import ADMIN, principal
 from .exceptions import ApplicationError
-from .limits import LimitedJsonParser, RequestBodyTooLarge
+from .limits import JsonTooDeep, LimitedJsonParser, RequestBodyTooLarge, UnsupportedMediaType
 from .models import ApiToken
 from .schemas import (
     AUTH_ERRORS,
@@ -55,6 +58,7 @@ api = NinjaAPI(
     ),
     urls_namespace="api",
     docs_url="/docs",
+    docs_decorator=docs_access,
     parser=LimitedJsonParser(),
 )
 
@@ -93,7 +97,10 @@ def _validation_error(request: HttpRequest, exc: NinjaValidationError) -> HttpRe
 
 @api.exception_handler(RequestDataTooBig)
 def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
-    return _error(request, 413, "request body is too large", "payload_too_large")
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return _error(
+        request, 413, "request body is too large", "payload_too_large", {"limit_bytes": limit}
+    )
 
 
 @api.exception_handler(RequestBodyTooLarge)
@@ -112,6 +119,10 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
         return _too_large(request, cause)
     if isinstance(cause, RequestDataTooBig):
         return _too_big(request, cause)
+    if isinstance(cause, UnsupportedMediaType):
+        return _error(request, 415, str(cause), "unsupported_media_type")
+    if isinstance(cause, JsonTooDeep):
+        return _error(request, 422, str(cause), "validation_error")
     if exc.status_code == 400 and cause is not None:
         return _error(request, 400, "request body is not valid JSON", "invalid_json")
     if isinstance(exc, AuthenticationError):

@@ -1,7 +1,9 @@
 """Who is calling the API, and with which scope.
 
 Two ways in, tried in this order on every operation:
-- ``Authorization: Bearer osq_…``: an API token; its scope is the token's.
+- ``Authorization: Bearer osq_…``: an API token; it acts with the lower of its own scope and
+  the scope its user's role grants now (checked on every request, so demoting or stripping a
+  user takes effect on their tokens at once).
 - The Django session cookie, for the console's own browser calls. Those are CSRF-checked,
   and the user's scope follows their role: superuser or ``admin`` group → admin,
   ``receipts_app.operate_receipts`` → operate, view permission on receipts → read.
@@ -23,11 +25,8 @@ from ninja.utils import check_csrf
 
 from .exceptions import PermissionDeniedError
 from .models import ApiToken
-from .tokens import authenticate_token, scope_allows
-
-ADMIN_GROUP = "admin"
-OPERATE_PERMISSION = "receipts_app.operate_receipts"
-VIEW_PERMISSION = "receipts_app.view_memorydurablereceipt"
+from .roles import scope_for_user, scope_of_annotated
+from .tokens import authenticate_token, lower_scope, scope_allows
 
 
 class CsrfFailed(PermissionDeniedError):
@@ -58,19 +57,6 @@ class Principal:
         return f"user:{self.user.pk}"
 
 
-def scope_for_user(user: Any) -> str | None:
-    """The scope a logged-in console user acts with, or None when they have no role."""
-    if not getattr(user, "is_active", False):
-        return None
-    if user.is_superuser or user.groups.filter(name=ADMIN_GROUP).exists():
-        return "admin"
-    if user.has_perm(OPERATE_PERMISSION):
-        return "operate"
-    if user.has_perm(VIEW_PERMISSION):
-        return "read"
-    return None
-
-
 def _require(principal: Principal, required: str) -> Principal:
     if not scope_allows(principal.scope, required):
         raise PermissionDeniedError(
@@ -91,9 +77,12 @@ class BearerTokenAuth(HttpBearer):
             # A presented token that does not work is an error, never a fall-through to
             # the session cookie: a script must learn that its token is dead.
             raise AuthenticationError(message="invalid, unknown or revoked API token")
+        role_scope = scope_of_annotated(api_token)
+        if role_scope is None:
+            raise PermissionDeniedError("the token's user has no role that may use the API")
+        scope = lower_scope(api_token.scope, role_scope)
         return _require(
-            Principal(user=api_token.user, scope=api_token.scope, token=api_token),
-            self.required_scope,
+            Principal(user=api_token.user, scope=scope, token=api_token), self.required_scope
         )
 
 

@@ -44,6 +44,9 @@ class IdempotentRequest(models.Model):
     token_digest = models.CharField(max_length=64, default="", blank=True)
     method = models.CharField(max_length=8)
     path = models.TextField()
+    # sha256 of the query string and the body (JSON canonicalised): a retry must send the same
+    # request; "" on rows stored before the digest existed (not compared).
+    request_digest = models.CharField(max_length=64, default="", blank=True)
     status_code = models.IntegerField()
     response_body = models.JSONField()
     created_at = models.BigIntegerField(default=now_ms)

@@ -28,16 +28,42 @@ def clean_text(value: str) -> str:
     return value
 
 
+# Deeper than any real transcript or filter; far below Python's recursion limit, so a hostile
+# document is a 422 and never a RecursionError (500) in a validator or serializer.
+MAX_JSON_DEPTH = 64
+
+
+def json_depth_problem(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
+    """Why ``value`` nests too deeply, or None. Iterative: any depth is measured safely."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, list | dict):
+            continue
+        if depth > limit:
+            return f"JSON is nested deeper than {limit} levels"
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children)
+    return None
+
+
 def clean_json(value: Any) -> Any:
-    """Check every string (keys too) and number in a JSON document, recursively."""
+    """Check every string (keys too) and number in a JSON document, and its depth."""
+    problem = json_depth_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return _clean_json(value)
+
+
+def _clean_json(value: Any) -> Any:
     if isinstance(value, str):
         return clean_text(value)
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError("numbers must be finite")
     if isinstance(value, list):
-        return [clean_json(item) for item in value]
+        return [_clean_json(item) for item in value]
     if isinstance(value, dict):
-        return {clean_text(str(k)): clean_json(v) for k, v in value.items()}
+        return {clean_text(str(k)): _clean_json(v) for k, v in value.items()}
     return value
 
 

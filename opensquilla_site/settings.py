@@ -13,8 +13,12 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from opensquilla_site.runtime import load_env_file
+from receipts_app import task_limits
+
+from . import serving
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # ``make run`` writes the embedded default's workspaces there, so ``manage.py`` run by hand
@@ -55,10 +59,12 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "django_htmx",
     "django_ratelimit",
+    "csp",
     "ninja",
     "opensquilla_site",
     "sessions_app",
     "receipts_app",
+    "receipts_app.mirror",
     "operations_app",
 ]
 
@@ -66,6 +72,9 @@ MIDDLEWARE = [
     # First: /healthz and /readyz answer before the host check and the HTTPS redirect.
     "operations_app.probe_views.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Outermost of ours: every error under /api/ leaves as JSON, whoever produced it.
+    "opensquilla_site.api_http.ApiJsonErrorsMiddleware",
+    "opensquilla_site.api_http.ChunkedBodyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -75,6 +84,8 @@ MIDDLEWARE = [
     # After auth, so a refused page can render the console's own error page.
     "opensquilla_site.middleware.RejectNulMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "opensquilla_site.headers.PrivateNoStoreMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
@@ -93,7 +104,10 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
             ],
             # The console keeps its template tags beside its views (receipts_app/console/).
-            "libraries": {"console": "receipts_app.console.templatetags"},
+            "libraries": {
+                "console": "receipts_app.console.templatetags",
+                "mirror": "receipts_app.mirror.templatetags",
+            },
         },
     },
 ]
@@ -102,12 +116,22 @@ TEMPLATES = [
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'opensquilla.sqlite3'}"),
-        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "0")),
-        # With persistent connections, test a reused connection first so a database restart
-        # costs a reconnect, not a failed request.
+        # Kept connections: every web worker process and every Celery worker child holds one
+        # connection and reuses it for this many seconds (a fresh PostgreSQL connection costs
+        # ~5 ms, more than a whole upsert). 0 closes it after each request/task.
+        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "600")),
+        # A reused connection is tested first, so a database restart costs a reconnect, not a
+        # failed request.
         conn_health_checks=True,
     )
 }
+# SQLite durability. FULL (the default, as SQLite's own and OpenSquilla's): a commit returns
+# once the WAL is synced, so a receipt survives a power cut. NORMAL syncs only at checkpoints:
+# faster, and a power cut (not a crash of the process) can lose the last commits. Choose NORMAL
+# only where that loss is acceptable (docs/PERFORMANCE.md).
+SQLITE_SYNCHRONOUS = os.environ.get("OPENSQUILLA_SQLITE_SYNCHRONOUS", "FULL").upper()
+if SQLITE_SYNCHRONOUS not in {"FULL", "NORMAL", "EXTRA"}:
+    raise ImproperlyConfigured("OPENSQUILLA_SQLITE_SYNCHRONOUS must be FULL, NORMAL or EXTRA")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
@@ -116,7 +140,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "transaction_mode": "IMMEDIATE",
             "timeout": 30,
             "init_command": (
-                "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;"
+                f"PRAGMA journal_mode=WAL; PRAGMA synchronous={SQLITE_SYNCHRONOUS}; "
+                "PRAGMA busy_timeout=30000;"
             ),
         }
     )
@@ -127,6 +152,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Permissions in one query per request (opensquilla_site/permission_backend.py).
+AUTHENTICATION_BACKENDS = ["opensquilla_site.permission_backend.OneQueryModelBackend"]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -169,7 +197,13 @@ OPENSQUILLA_REPAIR_INTERVAL_SECONDS = float(
 OPENSQUILLA_REPAIR_MAX_ITEMS_PER_TICK = int(
     os.environ.get("OPENSQUILLA_REPAIR_MAX_ITEMS_PER_TICK", "5")
 )
-OPENSQUILLA_CHECKPOINT_TIMEOUT = float(os.environ.get("OPENSQUILLA_CHECKPOINT_TIMEOUT", "120"))
+# The ?wait=true limit; gunicorn's timeout is derived from it in serving.py (WEB_TIMEOUT).
+OPENSQUILLA_CHECKPOINT_TIMEOUT = serving.WAIT_LIMIT_SECONDS
+# Live mirror of a running gateway's <state_dir>/sessions.db (docs/MIRROR.md): unset, the
+# Procfile's mirror process idles.
+OPENSQUILLA_SOURCE_DB = os.environ.get("OPENSQUILLA_SOURCE_DB") or None
+OPENSQUILLA_SOURCE_WORKSPACE = os.environ.get("OPENSQUILLA_SOURCE_WORKSPACE") or None
+OPENSQUILLA_MIRROR_INTERVAL = float(os.environ.get("OPENSQUILLA_MIRROR_INTERVAL", "0.5"))
 
 # --- Celery ----------------------------------------------------------------------------
 # The embedded broker is kombu's filesystem transport: no server, safe across processes.
@@ -184,7 +218,9 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "store_processed": False,
     }
 else:
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+    # Redis redelivers a killed worker's unacknowledged task after this (derived from the
+    # tasks' time limits; RabbitMQ redelivers when the connection drops and ignores it).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": task_limits.VISIBILITY_TIMEOUT_SECONDS}
 
 
 def _default_result_backend() -> str:
@@ -199,11 +235,21 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_SOFT_TIME_LIMIT = 300
-CELERY_TASK_TIME_LIMIT = 360
+CELERY_TASK_SOFT_TIME_LIMIT = task_limits.DEFAULT.soft
+CELERY_TASK_TIME_LIMIT = task_limits.DEFAULT.hard
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# How often beat folds the receipt counts' delta rows and groups newly arrived failures
+# (receipts_app/counts.py, receipts_app/failure_groups.py): the overview's failure groups lag
+# the ledger by at most this long.
+OPENSQUILLA_AGGREGATE_FOLD_SECONDS = float(
+    os.environ.get("OPENSQUILLA_AGGREGATE_FOLD_SECONDS", "5")
+)
 CELERY_BEAT_SCHEDULE = {
+    "fold-ledger-aggregates": {
+        "task": "receipts_app.tasks.fold_ledger_aggregates",
+        "schedule": OPENSQUILLA_AGGREGATE_FOLD_SECONDS,
+    },
     # The repair worker's tick also sweeps work whose enqueue was lost (broker down at commit).
     "repair-tick": {
         "task": "receipts_app.tasks.repair_tick",
@@ -240,6 +286,8 @@ else:
 RATELIMIT_USE_CACHE = "default"
 LOGIN_RATE_PER_IP = os.environ.get("OPENSQUILLA_LOGIN_RATE_PER_IP", "20/m")
 LOGIN_RATE_PER_USER = os.environ.get("OPENSQUILLA_LOGIN_RATE_PER_USER", "5/m")
+# Behind a reverse proxy: the header it sets with the client's address (see client_ip.py).
+OPENSQUILLA_TRUSTED_PROXY_HEADER = os.environ.get("OPENSQUILLA_TRUSTED_PROXY_HEADER", "")
 
 # --- Security (production) --------------------------------------------------------------
 SESSION_COOKIE_HTTPONLY = True
@@ -247,6 +295,28 @@ CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cook
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
+# Everything (console, admin, the API docs page) is served from this origin: no inline script
+# or style, no CDN. Templates keep their JS and CSS in static/ (tests/security/test_headers.py
+# checks every template). data: images are the admin's and Swagger UI's icons.
+_SELF = "'self'"
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [_SELF],
+        "script-src": [_SELF],
+        "style-src": [_SELF],
+        "img-src": [_SELF, "data:"],
+        "font-src": [_SELF],
+        "connect-src": [_SELF],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": [_SELF],
+        "frame-ancestors": ["'none'"],
+    }
+}
+# The API's docs page and OpenAPI schema: open in development, login or token in production.
+OPENSQUILLA_PUBLIC_API_DOCS = env_bool(
+    "OPENSQUILLA_PUBLIC_API_DOCS", not env_bool("DJANGO_PRODUCTION", False)
+)
 if env_bool("DJANGO_PRODUCTION", False):
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True

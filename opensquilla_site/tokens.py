@@ -13,8 +13,10 @@ import secrets
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import OuterRef
 
 from .models import ApiToken
+from .roles import grant_annotations, scope_for_user
 from .timeutil import now_ms
 
 TOKEN_PREFIX = "osq"
@@ -35,8 +37,15 @@ def scope_allows(granted: str, required: str) -> bool:
     return SCOPES.index(granted) >= SCOPES.index(required)
 
 
+def lower_scope(a: str, b: str) -> str:
+    return a if SCOPES.index(a) <= SCOPES.index(b) else b
+
+
 def create_api_token(*, user: User, name: str, scope: str) -> tuple[ApiToken, str]:
-    """Create a token; returns it with its plaintext, which is never retrievable again."""
+    """Create a token; returns it with its plaintext, which is never retrievable again.
+
+    ValueError when ``scope`` is above what the user's role grants (a token never outranks
+    its user; authentication caps it again on every request, should the role change)."""
     name = (name or "").strip()
     if not name:
         raise ValueError("token name must not be empty")
@@ -44,6 +53,13 @@ def create_api_token(*, user: User, name: str, scope: str) -> tuple[ApiToken, st
         raise ValueError("token name is longer than 100 characters")
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {', '.join(SCOPES)}; got {scope!r}")
+    role_scope = scope_for_user(user)
+    if role_scope is None or not scope_allows(role_scope, scope):
+        grants = f"at most {role_scope!r}" if role_scope else "no API scope (no role)"
+        raise ValueError(
+            f"{user.get_username()}'s role grants {grants}; a token of scope {scope!r} "
+            "would be above it"
+        )
     prefix = secrets.token_hex(4)
     secret = secrets.token_urlsafe(32)
     with transaction.atomic():
@@ -75,6 +91,9 @@ def _split(plaintext: str) -> tuple[str, str] | None:
 def authenticate_token(plaintext: str) -> ApiToken | None:
     """The live token for ``plaintext``, or None (malformed, unknown, revoked, inactive user).
 
+    The row comes annotated with its user's role grants (``roles.scope_of_annotated``), read in
+    the same query, so checking the role on every request costs nothing extra.
+
     The lookup is by digest, so nothing compares the caller's secret byte by byte against a
     stored one; the prefix check uses a constant-time compare anyway.
     """
@@ -84,6 +103,7 @@ def authenticate_token(plaintext: str) -> ApiToken | None:
     prefix, secret = split
     token = (
         ApiToken.objects.select_related("user")
+        .annotate(**grant_annotations(OuterRef("user_id")))
         .filter(digest=_digest(secret), revoked_at__isnull=True)
         .first()
     )

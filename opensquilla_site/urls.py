@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from .api import api
@@ -7,7 +8,9 @@ from .views import RateLimitedLoginView
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/login/", RateLimitedLoginView.as_view(), name="login"),
-    path("accounts/", include("django.contrib.auth.urls")),
+    # Only what the console uses: no mail is configured, so no password reset; Django's
+    # LogoutView answers POST only. Passwords are changed by an admin (admin site, CLI).
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", api.urls),
     path("", include("operations_app.urls")),
     path("", include("receipts_app.console.urls")),

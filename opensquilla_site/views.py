@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse, HttpResponseServerError, JsonResponse
 from django.shortcuts import render
 from django_ratelimit.core import is_ratelimited
 
+from .client_ip import client_ip
+
 LOCKOUT_MESSAGE = "Too many sign-in attempts. Wait a minute and try again."
 
 
 def _username_key(_group: str, request: HttpRequest) -> str:
-    return (request.POST.get("username") or "").strip().lower()
+    """The name as Django will look it up (NFKC, like ``normalize_username``), case-folded:
+    a fullwidth or differently-cased look-alike of a locked name counts against the same
+    budget."""
+    raw = request.POST.get("username") or ""
+    return unicodedata.normalize("NFKC", raw).casefold().strip()
+
+
+def _ip_key(_group: str, request: HttpRequest) -> str:
+    return client_ip(request)
 
 
 def _login_throttled(request: HttpRequest) -> bool:
@@ -20,7 +32,7 @@ def _login_throttled(request: HttpRequest) -> bool:
     by_ip = is_ratelimited(
         request,
         group="login-ip",
-        key="ip",
+        key=_ip_key,
         rate=settings.LOGIN_RATE_PER_IP,
         method="POST",
         increment=True,

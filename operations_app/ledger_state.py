@@ -14,7 +14,7 @@ from django.db.models import Min, Q
 from django.db.models.functions import Coalesce
 
 from opensquilla_site import timeutil
-from receipts_app.counts import ReceiptCount, receipt_counts
+from receipts_app.counts import CountRow, receipt_counts
 from receipts_app.models import MemoryDurableReceipt
 from receipts_app.statuses import (
     FAILURE_STATUSES,
@@ -62,7 +62,7 @@ def oldest_at_risk() -> dict[str, int]:
 
 
 def agent_signals(
-    counts: list[ReceiptCount] | None = None, now: int | None = None
+    counts: list[CountRow] | None = None, now: int | None = None
 ) -> dict[str, AgentSignals]:
     now = timeutil.now_ms() if now is None else now
     counts = receipt_counts() if counts is None else counts

@@ -1,5 +1,9 @@
 """Django admin for the ledger. Actions call the same requeue services as every surface.
 
+Nothing here edits behind the audit log: receipts, events and plans are read-only in the admin
+(no add, change or delete); a receipt changes only through the actions below, which call the
+requeue services and so record who did what.
+
 Receipts are looked up by filter and search over indexed columns; the full result count
 is skipped (``show_full_result_count``) because the table can hold millions of rows.
 """
@@ -50,8 +54,19 @@ class MemoryDurableReceiptAdmin(admin.ModelAdmin):
     show_full_result_count = False
     list_per_page = 50
     ordering = ("-created_at", "-id")
-    readonly_fields = ("receipt_id", "idempotency_key", "created_at", "agent_id")
     actions = ("requeue_selected", "acknowledge_selected")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # receipts are written by checkpoints, flushes, repairs and imports
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # a status changes through requeue/acknowledge, which leave an event
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # a deleted receipt would leave memory at risk with no trace
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(OPERATE_PERM)

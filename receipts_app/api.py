@@ -28,6 +28,7 @@ from sessions_app.selectors import get_session_or_404
 
 from . import health, ledger, requeue, services
 from .audit import Actor, acting_as
+from .mirror.state import mirror_states
 from .models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
 from .schemas import (
     RECEIPT_OUT_KEYS,
@@ -309,8 +310,10 @@ def execute_requeue_plan(request: HttpRequest, plan_id: str) -> Status[Any]:
     operation_id="list_health",
 )
 def list_health(request: HttpRequest) -> dict[str, Any]:
-    """Memory safety and repair backlog (docs/UPSTREAM.md#health) for every agent in the ledger."""
-    return {"items": health.health_by_agent()}
+    """Memory safety and repair backlog (docs/UPSTREAM.md#health) for every agent in the ledger,
+    and the state of the live OpenSquilla mirror (``mirror``: source, last sync, lag, errors;
+    docs/MIRROR.md)."""
+    return {"items": health.health_by_agent(), "mirror": mirror_states()}
 
 
 @health_router.get(

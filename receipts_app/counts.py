@@ -1,32 +1,167 @@
-"""Exact receipt counts per (agent, scope, status).
+"""Exact receipt counts per (agent, scope, status), cheap to read at any ledger size.
 
-Placeholder until osq15's counts table lands: osq15's version of this module replaces this one
-(same ``receipt_counts()`` signature, read from a table kept exact by every ledger write).
-This one is a GROUP BY over the ledger, correct but proportional to the table's size.
+The table behind them (``ReceiptCount``) is written only by the database triggers of
+``receipts_app/ledger/triggers.py``, in the same transaction as every write to the receipts
+table. Reading it is one small GROUP BY over a few hundred rows, whatever the ledger holds: the
+status tabs, the overview, health and ``/metrics`` all read :func:`receipt_counts`.
+
+On PostgreSQL writers append signed deltas; :func:`fold_counts` sums them back into one row
+per key (the beat task ``fold_ledger_aggregates`` every few seconds, or a reader that finds
+more than ``FOLD_AT`` rows). ``manage.py check_counts`` recomputes the counts from the receipts
+and reports (``--fix``: repairs) any drift.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db.models import Count
+from django.db import DatabaseError, connection, transaction
 
-from .models import MemoryDurableReceipt
+from .ledger.triggers import COUNTS, T, lock_writers
+
+logger = logging.getLogger(__name__)
+
+# Delta rows a reader tolerates before it folds them itself (a few ms of summing).
+FOLD_AT = 5_000
+# Any constant shared by the folders: only one folds at a time, the others skip.
+_FOLD_LOCK = 0x05C0_0715
 
 
 @dataclass(frozen=True)
-class ReceiptCount:
+class CountRow:
     agent_id: str
     scope: str
     status: str
     count: int
 
 
-def receipt_counts() -> list[ReceiptCount]:
-    """One row per (agent, scope, status) present in the ledger."""
-    rows = (
-        MemoryDurableReceipt.objects.order_by()
-        .values_list("agent_id", "scope", "status")
-        .annotate(n=Count("id"))
-    )
-    return [ReceiptCount(agent, scope, status, n) for agent, scope, status, n in rows]
+def _read() -> tuple[list[CountRow], int]:
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT agent_id, scope, status, SUM(n), COUNT(*) FROM {COUNTS} "  # noqa: S608
+            "GROUP BY agent_id, scope, status ORDER BY agent_id, scope, status"
+        )
+        rows = cur.fetchall()
+    counted = [CountRow(a, sc, st, int(n)) for a, sc, st, n, _ in rows if n]
+    return counted, sum(int(r[4]) for r in rows)
+
+
+def receipt_counts() -> list[CountRow]:
+    """Every (agent, scope, status) with its exact number of receipts (zero rows left out)."""
+    rows, stored = _read()
+    if stored > FOLD_AT:
+        fold_counts()
+    return rows
+
+
+def fold_counts() -> int:
+    """Sum the PostgreSQL delta rows into one row per key; returns the rows folded away.
+
+    Safe beside running writers: the DELETE sees only committed deltas, and the sums it
+    re-inserts are exactly what it deleted. On SQLite it only drops rows that reached zero.
+    """
+    try:
+        with transaction.atomic(), connection.cursor() as cur:
+            if connection.vendor != "postgresql":
+                cur.execute(f"DELETE FROM {COUNTS} WHERE n = 0")  # noqa: S608
+                return cur.rowcount
+            cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [_FOLD_LOCK])
+            if not cur.fetchone()[0]:
+                return 0  # another process is folding right now
+            cur.execute(
+                f"WITH gone AS (DELETE FROM {COUNTS} RETURNING agent_id, scope, status, n), "  # noqa: S608
+                f"kept AS (INSERT INTO {COUNTS} (agent_id, scope, status, n) "
+                "SELECT agent_id, scope, status, SUM(n) FROM gone "
+                "GROUP BY agent_id, scope, status HAVING SUM(n) <> 0 RETURNING 1) "
+                "SELECT (SELECT COUNT(*) FROM gone) - (SELECT COUNT(*) FROM kept)"
+            )
+            return int(cur.fetchone()[0])
+    except DatabaseError:
+        # A reader must still answer (its counts are exact without folding); the next
+        # fold tries again.
+        logger.exception("folding receipt counts failed")
+        return 0
+
+
+def recompute() -> dict[tuple[str, str, str], int]:
+    """The counts straight from the receipts table (a full scan: for checks, not pages)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT agent_id, scope, status, COUNT(*) FROM {T} "  # noqa: S608
+            "GROUP BY agent_id, scope, status"
+        )
+        return {(a, sc, st): int(n) for a, sc, st, n in cur.fetchall()}
+
+
+@dataclass(frozen=True)
+class Drift:
+    agent_id: str
+    scope: str
+    status: str
+    stored: int
+    actual: int
+
+
+def find_drift() -> list[Drift]:
+    """Keys whose stored count differs from the receipts table, read in one snapshot."""
+    snapshot = connection.vendor == "postgresql" and not connection.in_atomic_block
+    with transaction.atomic():
+        if snapshot:  # both reads see one snapshot (SQLite's transaction already does)
+            with connection.cursor() as cur:
+                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        stored = {(r.agent_id, r.scope, r.status): r.count for r in _read()[0]}
+        actual = recompute()
+    return [
+        Drift(*key, stored=stored.get(key, 0), actual=actual.get(key, 0))
+        for key in sorted(set(stored) | set(actual))
+        if stored.get(key, 0) != actual.get(key, 0)
+    ]
+
+
+def rebuild_counts() -> None:
+    """Replace the stored counts by a recount, with writers held off for the duration."""
+    with transaction.atomic(), connection.cursor() as cur:
+        for sql in lock_writers(connection.vendor):
+            cur.execute(sql)
+        cur.execute(f"DELETE FROM {COUNTS}")  # noqa: S608
+        cur.execute(
+            f"INSERT INTO {COUNTS} (agent_id, scope, status, n) "  # noqa: S608
+            f"SELECT agent_id, scope, status, COUNT(*) FROM {T} GROUP BY agent_id, scope, status"
+        )
+
+
+# --- sums the pages need --------------------------------------------------------------------
+
+
+def per_status(
+    rows: Iterable[CountRow],
+    *,
+    agent: str | None = None,
+    scopes: Iterable[str] = (),
+    statuses: Iterable[str] = (),
+) -> dict[str, int]:
+    """Exact receipts per status among ``rows`` matching the agent, scopes and statuses."""
+    scope_set, status_set = set(scopes), set(statuses)
+    out: dict[str, int] = {}
+    for row in rows:
+        if agent is not None and row.agent_id != agent:
+            continue
+        if scope_set and row.scope not in scope_set:
+            continue
+        if status_set and row.status not in status_set:
+            continue
+        out[row.status] = out.get(row.status, 0) + row.count
+    return out
+
+
+def per_column(rows: Iterable[CountRow], column: str) -> list[tuple[str, int]]:
+    """``(value, count)`` per distinct ``column`` (scope, agent_id or status), largest first."""
+    if column not in {"scope", "agent_id", "status"}:
+        raise ValueError(f"cannot group receipts by {column!r}")
+    totals: dict[str, int] = {}
+    for row in rows:
+        value = getattr(row, column)
+        totals[value] = totals.get(value, 0) + row.count
+    return sorted(totals.items(), key=lambda item: (-item[1], item[0]))

@@ -2,9 +2,8 @@
 two signals and one of ours.
 
 Every count comes with the filter (``ReceiptFilter.to_params()``) that lists exactly the rows
-counted: the agent (``agent_id``) and the finding's statuses, over every scope, which is how the
-counts are summed from ``receipts_app.counts``. A count and the link a page builds from its
-filter cannot disagree.
+counted, and is counted through that filter (``selectors.filter_receipts``), so a count and
+the link a page builds from its filter cannot disagree.
 
 - ``memorySafety``: "error" while content is not safe anywhere: rows in
   ``MEMORY_SAFETY_ERROR_STATUSES`` (a requeued checkpoint stays one until the worker recovers
@@ -17,22 +16,28 @@ filter cannot disagree.
 - ``terminalRepairs``: repairs whose automatic budget is spent (``repair_failed``,
   ``repair_abandoned``). Upstream's health counts them nowhere; they wait for an operator.
 
-One read of ``receipt_counts()`` serves every agent of ``health_by_agent``.
+Counts are exact and come from the counts table (``receipts_app.counts``); the rest (the
+oldest queued row, the at-risk samples, the hash-mismatch window) is one statement for every
+agent of ``health_by_agent`` together, so the overview's query count does not grow with agents.
 """
+
+# Every interpolated name is a table or status constant; values are bound parameters.
+# ruff: noqa: S608
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Min, QuerySet
+from django.db import connection
 
 from opensquilla_site import timeutil
-from sessions_app.keys import agent_prefix
+from sessions_app.keys import agent_prefix, normalize_agent_id
 
-from .counts import receipt_counts
-from .ledger import literal_prefix
-from .models import MemoryDurableReceipt
-from .selectors import ReceiptFilter, filter_receipts
+from .counts import CountRow, receipt_counts
+from .ledger.triggers import T
+from .selectors import ReceiptFilter
 from .statuses import (
     MEMORY_SAFETY_ERROR_STATUSES,
     REPAIR_QUEUE_STATUSES,
@@ -46,86 +51,128 @@ BACKLOG_WARNING_COUNT = 10
 BACKLOG_WARNING_AGE_MS = 24 * 60 * 60 * 1000
 # Rows the hash-mismatch heuristic names at most (their ids are the finding's filter).
 HASH_MISMATCH_ID_LIMIT = 100
-_HASH_MISMATCH_MARKERS = ("hash_mismatch", "hash mismatch")
+
+
+def _in(statuses: Sequence[str]) -> str:
+    return "(" + ", ".join(f"'{s}'" for s in statuses) + ")"
+
+
+# Upstream's text heuristic in SQL: a hash mismatch named in the status or reason, resolved
+# rows and the error statuses (counted on their own) excluded. ``%%`` is a literal ``%``.
+_TEXT = "LOWER(status || ' ' || COALESCE(reason, ''))"
+_HASH_MISMATCH_SQL = (
+    f"status NOT IN {_in(RESOLVED_STATUSES + MEMORY_SAFETY_ERROR_STATUSES)} AND "
+    f"({_TEXT} LIKE '%%hash!_mismatch%%' ESCAPE '!' OR {_TEXT} LIKE '%%hash mismatch%%')"
+)
 
 
 def _filter(agent_id: str | None, statuses: tuple[str, ...]) -> ReceiptFilter:
     return ReceiptFilter(agent=agent_id or None, statuses=statuses)
 
 
-class _Counts:
-    """The counts health reports, read from ``counts.receipt_counts()`` (exact per agent, scope
-    and status), plus the oldest queued repair per agent (one grouped query).
+@dataclass
+class _Sample:
+    """What one agent's health reads from its rows (beyond the counts)."""
 
-    A finding's filter is ``agent`` (the ``agent_id`` column) and its statuses over every
-    scope, so summing the counts table over scopes counts exactly the rows the filter lists.
+    checked: int = 0
+    mismatched: list[tuple[int, int, str]] = field(default_factory=list)
+    at_risk: list[tuple[int, int, str]] = field(default_factory=list)
+    oldest_queued: int | None = None
+
+
+def _rows_of(rows: Sequence[CountRow], agent_id: str | None) -> list[CountRow]:
+    return [r for r in rows if agent_id is None or r.agent_id == agent_id]
+
+
+def _by_status(rows: Sequence[CountRow], agent_id: str | None, statuses: tuple[str, ...]) -> dict:
+    out: dict[str, int] = {}
+    for row in _rows_of(rows, agent_id):
+        if row.status in statuses:
+            out[row.status] = out.get(row.status, 0) + row.count
+    return {s: out[s] for s in statuses if out.get(s)}
+
+
+def _read_samples(agents: Sequence[str | None], rows: Sequence[CountRow]) -> list[_Sample]:
+    """One statement for every agent (None: the whole ledger):
+    - the hash-mismatch window: of the agent's ``SAMPLE_LIMIT`` newest rows under its literal
+      key prefix (as upstream reads them), how many were checked and which match;
+    - the first ``SAMPLE_IDS`` at-risk rows, when the counts say there are any;
+    - the oldest queued ``created_at``: one index probe per (agent, queued status) with rows.
     """
-
-    def __init__(self, agent_id: str | None) -> None:
-        self._counts: dict[tuple[str, str], int] = {}
-        for row in receipt_counts():
-            key = (row.agent_id, row.status)
-            self._counts[key] = self._counts.get(key, 0) + row.count
-        queue = filter_receipts(_filter(agent_id, REPAIR_QUEUE_STATUSES)).order_by()
-        oldest = queue.values_list("agent_id").annotate(m=Min("created_at"))
-        self._oldest = dict(oldest.values_list("agent_id", "m"))
-
-    def by_status(self, agent_id: str | None, statuses: tuple[str, ...]) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for status in statuses:
-            n = sum(
-                count
-                for (agent, row_status), count in self._counts.items()
-                if row_status == status and (agent_id is None or agent == agent_id)
+    parts: list[str] = []
+    params: list[Any] = []
+    for index, agent in enumerate(agents):
+        where, scope = "", []
+        if agent is not None:
+            prefix = agent_prefix(agent)
+            # agent_id narrows to the agent's index range; the prefix keeps upstream's set
+            # (a subagent key has the same agent_id but not the literal prefix).
+            where = "WHERE agent_id = %s AND SUBSTR(session_key, 1, %s) = %s"
+            scope = [agent, len(prefix), prefix]
+        window = (
+            f"SELECT receipt_id, status, reason, created_at, id FROM {T} {where} "
+            f"ORDER BY created_at DESC, id DESC LIMIT {SAMPLE_LIMIT}"
+        )
+        parts.append(
+            "SELECT 'm' AS kind, %s AS idx, receipt_id, created_at, id "
+            f"FROM ({window}) AS w{index} WHERE {_HASH_MISMATCH_SQL}"
+        )
+        params += [index, *scope]
+        parts.append(
+            "SELECT 'n', %s, NULL, "
+            f"(SELECT COUNT(*) FROM ({window}) AS n{index}), CAST(NULL AS BIGINT)"
+        )
+        params += [index, *scope]
+        mine = _rows_of(rows, agent)
+        if any(r.status in MEMORY_SAFETY_ERROR_STATUSES for r in mine):
+            agent_where = "" if agent is None else "agent_id = %s AND "
+            parts.append(
+                "SELECT 's', %s, receipt_id, created_at, id FROM ("
+                f"SELECT receipt_id, created_at, id FROM {T} WHERE {agent_where}"
+                f"status IN {_in(MEMORY_SAFETY_ERROR_STATUSES)} "
+                f"ORDER BY created_at, id LIMIT {SAMPLE_IDS}) AS s{index}"
             )
-            if n:
-                out[status] = n
-        return out
-
-    def oldest_queued(self, agent_id: str | None) -> int | None:
-        if agent_id is not None:
-            return self._oldest.get(agent_id)
-        return min(self._oldest.values(), default=None)
-
-
-def _window(agent_id: str | None) -> tuple[int, list[str]]:
-    """Upstream's heuristic over the agent's 1000 most recent rows (under its literal key
-    prefix, as upstream reads them): ``(rows checked, ids newest first)`` of rows whose status
-    or reason names a hash mismatch, resolved rows and the error statuses excluded."""
-    recent: QuerySet[MemoryDurableReceipt] = MemoryDurableReceipt.objects.all()
-    if agent_id:
-        recent = literal_prefix(recent, "session_key", agent_prefix(agent_id))
-    rows = list(
-        recent.order_by("-created_at", "-id").values_list("receipt_id", "status", "reason")[
-            :SAMPLE_LIMIT
-        ]
-    )
-    named = [
-        rid
-        for rid, status, reason in rows
-        if status not in RESOLVED_STATUSES
-        and status not in MEMORY_SAFETY_ERROR_STATUSES
-        and any(m in f"{status} {reason or ''}".lower() for m in _HASH_MISMATCH_MARKERS)
-    ]
-    return len(rows), named[:HASH_MISMATCH_ID_LIMIT]
+            params += [index] + ([] if agent is None else [agent])
+        for row in mine:
+            if row.status in REPAIR_QUEUE_STATUSES:
+                parts.append(
+                    "SELECT 'q', %s, NULL, "
+                    f"(SELECT MIN(created_at) FROM {T} WHERE agent_id = %s AND status = %s), "
+                    "CAST(NULL AS BIGINT)"
+                )
+                params += [index, row.agent_id, row.status]
+    samples = [_Sample() for _ in agents]
+    if not parts:
+        return samples
+    with connection.cursor() as cur:
+        cur.execute(" UNION ALL ".join(parts), params)
+        for kind, idx, receipt_id, number, row_id in cur.fetchall():
+            sample = samples[int(idx)]
+            if kind == "m":
+                sample.mismatched.append((int(number), int(row_id), receipt_id))
+            elif kind == "s":
+                sample.at_risk.append((int(number), int(row_id), receipt_id))
+            elif kind == "n":
+                sample.checked = int(number)
+            elif number is not None:
+                current = sample.oldest_queued
+                sample.oldest_queued = number if current is None else min(current, number)
+    return samples
 
 
-def _memory_safety(agent_id: str | None, counts: _Counts) -> dict[str, Any]:
+def _memory_safety(agent_id: str | None, rows: Sequence[CountRow], sample: _Sample) -> dict:
     at_risk = _filter(agent_id, MEMORY_SAFETY_ERROR_STATUSES)
-    by_status = counts.by_status(agent_id, MEMORY_SAFETY_ERROR_STATUSES)
+    by_status = _by_status(rows, agent_id, MEMORY_SAFETY_ERROR_STATUSES)
     count = sum(by_status.values())
-    samples = (
-        list(filter_receipts(at_risk).values_list("receipt_id", flat=True)[:SAMPLE_IDS])
-        if count
-        else []
-    )
-    checked, mismatched = _window(agent_id)
+    samples = [rid for *_order, rid in sorted(sample.at_risk)][:SAMPLE_IDS] if count else []
+    newest_first = sorted(sample.mismatched, reverse=True)
+    mismatched = [rid for *_order, rid in newest_first][:HASH_MISMATCH_ID_LIMIT]
     return {
         "status": "error" if count or mismatched else "ok",
         "errorCount": count,
         "errorStatuses": by_status,
         "sampleReceiptIds": (samples + mismatched)[:SAMPLE_IDS],
-        "rowsChecked": checked,
+        "rowsChecked": sample.checked,
         "filter": at_risk.to_params(),
         # Exactly the rows named, by id: no filter parameter expresses the text heuristic.
         "hashMismatchCount": len(mismatched),
@@ -135,9 +182,11 @@ def _memory_safety(agent_id: str | None, counts: _Counts) -> dict[str, Any]:
     }
 
 
-def _semantic_memory(agent_id: str | None, counts: _Counts, now: int) -> dict[str, Any]:
-    count = sum(counts.by_status(agent_id, REPAIR_QUEUE_STATUSES).values())
-    oldest = counts.oldest_queued(agent_id)
+def _semantic_memory(
+    agent_id: str | None, rows: Sequence[CountRow], sample: _Sample, now: int
+) -> dict[str, Any]:
+    count = sum(_by_status(rows, agent_id, REPAIR_QUEUE_STATUSES).values())
+    oldest = sample.oldest_queued if count else None
     if count == 0:
         status = "healthy"
     elif count > BACKLOG_WARNING_COUNT or oldest is None or now - oldest > BACKLOG_WARNING_AGE_MS:
@@ -152,36 +201,43 @@ def _semantic_memory(agent_id: str | None, counts: _Counts, now: int) -> dict[st
     }
 
 
-def _terminal_repairs(agent_id: str | None, counts: _Counts) -> dict[str, Any]:
+def _terminal_repairs(agent_id: str | None, rows: Sequence[CountRow]) -> dict[str, Any]:
     return {
-        "count": sum(counts.by_status(agent_id, TERMINAL_REPAIR_STATUSES).values()),
+        "count": sum(_by_status(rows, agent_id, TERMINAL_REPAIR_STATUSES).values()),
         "filter": _filter(agent_id, TERMINAL_REPAIR_STATUSES).to_params(),
     }
 
 
-def _health(agent_id: str | None, counts: _Counts, now: int) -> dict[str, Any]:
-    return {
-        "agentId": agent_id,
-        "memorySafety": _memory_safety(agent_id, counts),
-        "semanticMemory": _semantic_memory(agent_id, counts, now),
-        "terminalRepairs": _terminal_repairs(agent_id, counts),
-    }
+def health_for(
+    agents: Sequence[str | None], rows: Sequence[CountRow] | None = None, *, now: int
+) -> list[dict[str, Any]]:
+    """Health of each agent (None: every agent together): the counts (skipped when ``rows``
+    is given) and one statement, whatever the number of agents."""
+    rows = receipt_counts() if rows is None else rows
+    samples = _read_samples(agents, rows)
+    return [
+        {
+            "agentId": agent,
+            "memorySafety": _memory_safety(agent, rows, sample),
+            "semanticMemory": _semantic_memory(agent, rows, sample, now),
+            "terminalRepairs": _terminal_repairs(agent, rows),
+        }
+        for agent, sample in zip(agents, samples, strict=True)
+    ]
 
 
 def memory_health(agent_id: str | None = None, *, now_ms: int | None = None) -> dict[str, Any]:
     """``{"agentId", "memorySafety", "semanticMemory", "terminalRepairs"}``; None: every agent."""
     now = now_ms if now_ms is not None else timeutil.now_ms()
-    return _health(agent_id, _Counts(agent_id), now)
+    agent = normalize_agent_id(agent_id) if agent_id else None
+    return health_for([agent], now=now)[0]
 
 
-def health_by_agent(*, now_ms: int | None = None) -> list[dict[str, Any]]:
+def health_by_agent(
+    rows: Sequence[CountRow] | None = None, *, now_ms: int | None = None
+) -> list[dict[str, Any]]:
     """Health for every agent that has rows in the ledger, sorted by agent id."""
     now = now_ms if now_ms is not None else timeutil.now_ms()
-    agents = (
-        MemoryDurableReceipt.objects.exclude(agent_id="")
-        .order_by("agent_id")
-        .values_list("agent_id", flat=True)
-        .distinct()
-    )
-    counts = _Counts(None)
-    return [_health(agent, counts, now) for agent in agents]
+    rows = receipt_counts() if rows is None else rows
+    agents = sorted({r.agent_id for r in rows if r.agent_id})
+    return health_for(agents, rows, now=now)

@@ -81,8 +81,17 @@ class MemoryDurableReceipt(models.Model):
                 fields=["idempotency_key"], name="receipt_idempotency_key_uniq"
             ),
         ]
+        # Every index names who needs it (docs/PERFORMANCE.md, "Index audit"); each one costs
+        # every write. Besides these: the primary key, receipt_id (unique: detail page, update,
+        # claim) and idempotency_key (unique: the upsert's conflict target).
         indexes = [
+            # Per-session reads by status, oldest first (the upstream API's list by session and
+            # status, session pages). Kept beside idx_mdr_coverage: without it SQLite's planner
+            # (no statistics after a bulk load) serves session_key + status, and even the
+            # coverage lookup, from idx_mdr_status_created, scanning a whole status.
             models.Index(fields=["session_key", "status", "created_at"], name="idx_mdr_session"),
+            # The checkpoint's exact coverage lookup; its session_key prefix also serves the
+            # other per-session reads (session_key filter, purge, requeue fence).
             models.Index(
                 fields=[
                     "session_key",
@@ -95,20 +104,25 @@ class MemoryDurableReceipt(models.Model):
                 ],
                 name="idx_mdr_coverage",
             ),
-            # Console status tabs and cross-session lists, newest first with keyset paging.
+            # Status tabs (?status=), newest first with keyset paging.
             models.Index(fields=["status", "created_at", "id"], name="idx_mdr_status_created"),
+            # The unfiltered receipts list, the overview's timeline and the API list.
             models.Index(fields=["created_at", "id"], name="idx_mdr_created"),
+            # ?agent=&status= lists, and health's oldest-queued probe per (agent, status).
             models.Index(fields=["agent_id", "status", "created_at"], name="idx_mdr_agent_status"),
-            # The console's agent + scope views: status-tab counts and the first page.
+            # ?agent= lists, and health's memory-safety window (each agent's newest rows).
+            models.Index(fields=["agent_id", "created_at", "id"], name="idx_mdr_agent_created"),
+            # ?agent=&scope=(&status=) lists.
             models.Index(
                 fields=["agent_id", "scope", "status", "created_at", "id"],
                 name="idx_mdr_agent_scope_status",
             ),
-            # Repair queue: status IN (...) ordered by next_retry_at_ms, created_at.
+            # The repair queue: status IN (...) ordered by next_retry_at_ms, created_at.
             models.Index(
                 fields=["status", "next_retry_at_ms", "created_at"], name="idx_mdr_repair_queue"
             ),
-            models.Index(fields=["scope", "status"], name="idx_mdr_scope_status"),
+            # The legacy-archive import's "already recorded?" check and repair-by-path
+            # (source_path = p OR target_path = p: one index per column).
             models.Index(fields=["source_path"], name="idx_mdr_source_path"),
             models.Index(fields=["target_path"], name="idx_mdr_target_path"),
         ]
@@ -190,3 +204,65 @@ class RequeuePlan(models.Model):
 
     def __str__(self) -> str:
         return f"plan {self.plan_id} ({self.state})"
+
+
+class ReceiptCount(models.Model):
+    """Receipts per (agent, scope, status), kept by database triggers on the receipts table.
+
+    Every write path (the ledger, the ORM, raw SQL, COPY, cascades) goes through the triggers
+    created in migration 0007, in the writer's own transaction, so the sum is exact.
+    PostgreSQL appends a signed delta row per statement and key (no hot row that concurrent
+    writers would queue on); ``receipts_app.counts.fold_counts`` folds them back to one row per
+    key. SQLite (one writer at a time) keeps one row per key and adjusts it in place.
+    Read with ``receipts_app.counts.receipt_counts``, never row by row.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    agent_id = models.CharField(max_length=64)
+    scope = models.CharField(max_length=64)
+    status = models.CharField(max_length=64)
+    n = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.agent_id}/{self.scope}/{self.status}: {self.n:+d}"
+
+
+class FailureInbox(models.Model):
+    """Failed receipts arriving in (+1) or leaving (-1) a failure status, written by the same
+    triggers; ``receipts_app.failure_groups`` folds them into :class:`FailureGroupCount`
+    (the reason's fingerprint is computed in Python, so it cannot be a trigger)."""
+
+    id = models.BigAutoField(primary_key=True)
+    receipt_id = models.CharField(max_length=128)
+    scope = models.CharField(max_length=64)
+    status = models.CharField(max_length=64)
+    reason = models.TextField(null=True, blank=True)
+    created_at = models.BigIntegerField()
+    sign = models.SmallIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.sign:+d} {self.scope}/{self.status} {self.receipt_id}"
+
+
+class FailureGroupCount(models.Model):
+    """Failed receipts per (scope, status, reason fingerprint), over the whole ledger."""
+
+    id = models.BigAutoField(primary_key=True)
+    scope = models.CharField(max_length=64)
+    status = models.CharField(max_length=64)
+    fingerprint = models.CharField(max_length=300)
+    count = models.BigIntegerField(default=0)
+    first_seen = models.BigIntegerField(default=0)
+    last_seen = models.BigIntegerField(default=0)
+    sample_receipt_id = models.CharField(max_length=128, default="", blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["scope", "status", "fingerprint"], name="failure_group_key_uniq"
+            ),
+        ]
+        indexes = [models.Index(fields=["count"], name="idx_failure_group_count")]
+
+    def __str__(self) -> str:
+        return f"{self.scope}/{self.status} {self.fingerprint!r}: {self.count}"

@@ -27,7 +27,9 @@ from opensquilla_site.schemas import (
 )
 
 from .ledger import LEDGER_FIELDS
+from .mirror.schemas import MirrorStateOut
 from .models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
+from .receipt_ids import check_receipt_id
 from .selectors import RECEIPT_FILTER_FIELDS, ReceiptFilter
 
 MAX_BULK_ROWS = 1000
@@ -109,7 +111,9 @@ class ReceiptIn(_ReceiptColumns):
     overwritten and ``updated_at`` is stamped now.
     """
 
-    receipt_id: IdText | None = Field(None, description="uuid4 by default")
+    receipt_id: Annotated[IdText, AfterValidator(check_receipt_id)] | None = Field(
+        None, description="uuid4 by default; must not contain '/' (one URL path segment)"
+    )
     session_key: KeyText
     session_id: Annotated[str, Field(min_length=1, max_length=200), AfterValidator(clean_text)]
     scope: Annotated[str, Field(min_length=1, max_length=64), AfterValidator(clean_text)]
@@ -362,3 +366,5 @@ class HealthOut(Schema):
 
 class HealthListOut(Schema):
     items: list[HealthOut]
+    # The live OpenSquilla mirror, one entry per followed source (empty when none): docs/MIRROR.md.
+    mirror: list[MirrorStateOut] = []

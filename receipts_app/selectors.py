@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from django.db import connection
 from django.db.models import QuerySet
 
 from opensquilla_site.exceptions import ValidationFailed
@@ -21,6 +22,7 @@ from sessions_app.keys import canonicalize_session_key, normalize_agent_id
 from sessions_app.models import Session
 from sessions_app.services import get_transcript
 
+from . import counts
 from .checkpoint import checkpoint_coverage_hash, checkpoint_turn_id
 from .ledger import due_q, list_memory_durable_receipts, literal_prefix
 from .models import MemoryDurableReceipt
@@ -314,10 +316,63 @@ def capped_count(qs: QuerySet[Any], cap: int = COUNT_CAP) -> int:
     return qs.order_by()[: cap + 1].count()
 
 
+def capped_counts(querysets: Mapping[str, QuerySet[Any]], cap: int = COUNT_CAP) -> dict[str, int]:
+    """``capped_count`` of each queryset, all in one query (one scalar sub-select each)."""
+    if not querysets:
+        return {}
+    parts: list[str] = []
+    params: list[Any] = []
+    for qs in querysets.values():
+        sql, sub_params = qs.order_by().values("id")[: cap + 1].query.sql_with_params()
+        parts.append(f"(SELECT COUNT(*) FROM ({sql}) AS capped)")  # noqa: S608 - ORM-compiled
+        params.extend(sub_params)
+    with connection.cursor() as cur:
+        cur.execute("SELECT " + ", ".join(parts), params)
+        values = cur.fetchone()
+    return {name: int(n) for name, n in zip(querysets, values, strict=True)}
+
+
+# Filter fields the counts table can answer exactly; any other criterion needs a capped count.
+_COUNTED_FIELDS = frozenset({"statuses", "scopes", "agent"})
+
+
+@dataclass(frozen=True)
+class TabCounts:
+    """Receipts per status under a filter's other criteria, and the filter's own total.
+
+    ``exact``: read from the counts table (agent, scope and status filters); otherwise every
+    number is capped at ``COUNT_CAP`` + 1 and reads "10,000+" past it.
+    """
+
+    per_status: dict[str, int]
+    total: int
+    exact: bool
+
+
+def tab_counts(receipt_filter: ReceiptFilter, cap: int = COUNT_CAP) -> TabCounts:
+    """The status tabs' counts and the "N matching" total: one query whatever the filter."""
+    f = receipt_filter
+    used = {x.name for x in fields(f) if getattr(f, x.name) not in (None, ())}
+    if used <= _COUNTED_FIELDS:
+        per = counts.per_status(counts.receipt_counts(), agent=f.agent, scopes=f.scopes)
+        wanted = f.statuses or tuple(per)
+        return TabCounts(per, sum(per.get(s, 0) for s in wanted), exact=True)
+    base = filter_receipts(f.with_statuses())
+    found = capped_counts(
+        {
+            **{status: base.filter(status=status) for status in KNOWN_STATUSES},
+            "": filter_receipts(f),
+        },
+        cap,
+    )
+    total = found.pop("")
+    return TabCounts(found, total, exact=False)
+
+
 def status_counts(receipt_filter: ReceiptFilter, cap: int = COUNT_CAP) -> dict[str, int]:
-    """Capped counts per known status under the filter's other criteria (one query each)."""
-    base = filter_receipts(receipt_filter.with_statuses())
-    return {status: capped_count(base.filter(status=status), cap) for status in KNOWN_STATUSES}
+    """Counts per known status under the filter's other criteria (see ``tab_counts``)."""
+    per = tab_counts(receipt_filter, cap).per_status
+    return {status: per.get(status, 0) for status in KNOWN_STATUSES}
 
 
 def current_checkpoint_coverage(session: Session) -> tuple[MemoryDurableReceipt | None, int]:

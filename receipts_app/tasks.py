@@ -4,7 +4,8 @@ The top of the worker's call path: tasks import the services and the requeue eng
 the other way round. Services send work through ``receipts_app.enqueue``, which knows each
 task by the name it is registered under here (``enqueue.task_name``).
 
-All tasks are ``acks_late`` (a worker that dies mid-task leaves the message to be redelivered)
+All tasks are ``acks_late`` (a worker that dies mid-task leaves the message to be redelivered;
+how soon follows from the limits in ``task_limits``)
 and safe to run twice: checkpoints and flushes upsert by idempotency key, repairs claim rows
 atomically, requeues compare-and-set, and plans resume from their cursor. Failures that the
 services already recorded as receipts are returned, not raised, so nothing crash-loops; only
@@ -21,6 +22,7 @@ from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
 from opensquilla_site import timeutil
+from receipts_app import task_limits
 
 from . import audit, flush_runtime, repair, requeue, services
 from .checkpoint import DEFAULT_SOURCE
@@ -43,6 +45,8 @@ _RETRY: dict[str, Any] = {
     "retry_jitter": True,
     "max_retries": 5,
 }
+
+
 # Plans run in slices so one task never nears its hard limit; the rest is a new message.
 PLAN_SLICE_SECONDS = 240.0
 # Rows per plan batch (one transaction): fewer, larger batches re-run the filter less often.
@@ -65,7 +69,12 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-@shared_task(name=task_name(CHECKPOINT_SESSION), soft_time_limit=150, time_limit=180, **_RETRY)
+@shared_task(
+    name=task_name(CHECKPOINT_SESSION),
+    soft_time_limit=task_limits.CHECKPOINT.soft,
+    time_limit=task_limits.CHECKPOINT.hard,
+    **_RETRY,
+)
 def checkpoint_session(
     session_key: str,
     turn_id: str | None = None,
@@ -77,7 +86,12 @@ def checkpoint_session(
     return services.take_checkpoint(session_key=session_key, turn_id=turn_id, source=source)
 
 
-@shared_task(name=task_name(FLUSH_SESSION), soft_time_limit=300, time_limit=360, **_RETRY)
+@shared_task(
+    name=task_name(FLUSH_SESSION),
+    soft_time_limit=task_limits.FLUSH.soft,
+    time_limit=task_limits.FLUSH.hard,
+    **_RETRY,
+)
 def flush_session(session_key: str, turn_id: str | None = None) -> Any:
     try:
         # Ledger rows written by the flush are attributed to the worker, like checkpoints.
@@ -89,19 +103,43 @@ def flush_session(session_key: str, turn_id: str | None = None) -> Any:
         return {"status": "skipped", "session_key": session_key, "error": str(exc)}
 
 
-@shared_task(name=task_name(REPAIR_TICK), soft_time_limit=900, time_limit=960, **_RETRY)
+@shared_task(
+    name=task_name(REPAIR_TICK),
+    soft_time_limit=task_limits.REPAIR_TICK.soft,
+    time_limit=task_limits.REPAIR_TICK.hard,
+    **_RETRY,
+)
 def repair_tick() -> dict[str, Any]:
     repaired = _jsonable(repair.run_repair_tick())
     swept = requeue.sweep_lost_work(timeutil.now_ms())
     return {"repair": repaired, "swept": swept}
 
 
-@shared_task(name=task_name(REPAIR_RECEIPT), soft_time_limit=300, time_limit=360, **_RETRY)
+@shared_task(soft_time_limit=50, time_limit=60, expires=30, ignore_result=True, **_RETRY)
+def fold_ledger_aggregates() -> dict[str, int]:
+    """Fold the counts' delta rows and group the failures that arrived since the last run."""
+    from receipts_app.counts import fold_counts
+    from receipts_app.failure_groups import fold_all
+
+    return {"count_rows_folded": fold_counts(), "failures_grouped": fold_all()}
+
+
+@shared_task(
+    name=task_name(REPAIR_RECEIPT),
+    soft_time_limit=task_limits.REPAIR_RECEIPT.soft,
+    time_limit=task_limits.REPAIR_RECEIPT.hard,
+    **_RETRY,
+)
 def repair_receipt(receipt_id: str) -> Any:
     return _jsonable(repair.repair_one(receipt_id))
 
 
-@shared_task(name=task_name(RUN_REQUEUE_PLAN), soft_time_limit=300, time_limit=360, **_RETRY)
+@shared_task(
+    name=task_name(RUN_REQUEUE_PLAN),
+    soft_time_limit=task_limits.PLAN.soft,
+    time_limit=task_limits.PLAN.hard,
+    **_RETRY,
+)
 def run_requeue_plan(plan_id: str, fan_out: bool = True) -> dict[str, Any]:
     """One slice of a plan's execution; the first runner may queue more (fan-out)."""
     if fan_out:

@@ -1,8 +1,12 @@
-"""Admin for sessions and transcripts. Keys and generations change only through services."""
+"""Admin for sessions and transcripts. Keys and generations change only through services;
+transcript entries are read-only (a checkpoint's coverage hash covers them)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
+from django.http import HttpRequest
 
 from .models import Session, TranscriptEntry
 
@@ -26,4 +30,15 @@ class TranscriptEntryAdmin(admin.ModelAdmin):
     list_select_related = False
     show_full_result_count = False
     ordering = ("-id",)
-    readonly_fields = ("session_id", "session_key", "message_id", "created_at")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -72,6 +72,9 @@ class TranscriptEntry(models.Model):
                 fields=["session_id", "created_at", "id"], name="transcript_session_order"
             ),
             models.Index(fields=["session_key"], name="transcript_session_key"),
+            # The OpenSquilla import and mirror match entries by (session_id, message_id);
+            # without it each batch scanned the session's whole transcript (quadratic).
+            models.Index(fields=["session_id", "message_id"], name="transcript_session_message"),
         ]
 
     def __str__(self) -> str:

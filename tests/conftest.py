@@ -1,7 +1,8 @@
 """Shared fixtures, and the rule that CI may not skip a service-backed test.
 
 ``.ci/run`` sets ``OPENSQUILLA_REQUIRE_SERVICES=1``. Then a test marked ``postgres``,
-``redis``, ``browser`` or ``worker`` that skips (service missing) is reported as a failure.
+``redis``, ``browser``, ``worker`` or ``reference`` (the opensquilla 0.3.0 venv that
+``bench/reference_venv.sh`` builds) that skips is reported as a failure.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ ensure_runtime_dirs()
 
 # Written by PyPI opensquilla==0.3.0 (bench/make_golden.py regenerates it); see tests/golden/README.md.
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
-SERVICE_MARKERS = ("postgres", "redis", "browser", "worker")
+SERVICE_MARKERS = ("postgres", "redis", "browser", "worker", "reference")
 REQUIRE_SERVICES = os.environ.get("OPENSQUILLA_REQUIRE_SERVICES") == "1"
 
 

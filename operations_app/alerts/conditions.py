@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from opensquilla_site import timeutil
-from receipts_app.counts import ReceiptCount, receipt_counts
+from receipts_app.counts import CountRow, receipt_counts
 from receipts_app.statuses import FAILURE_STATUSES
 
 from ..heartbeats import HeartbeatView, heartbeats, latest_seen
@@ -28,7 +28,7 @@ class Firing:
 @dataclass
 class Snapshot:
     now: int
-    counts: list[ReceiptCount]
+    counts: list[CountRow]
     agents: dict[str, AgentSignals]
     beats: list[HeartbeatView] = field(default_factory=list)
     mirrors: list[MirrorView] = field(default_factory=list)

@@ -8,12 +8,13 @@ them stay at a constant query count whatever the data size.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Count, F, Q, QuerySet, Value
 from django.db.models.fields import BigIntegerField
 from django.db.models.functions import Cast
@@ -23,54 +24,27 @@ from opensquilla_site.pagination import Page, keyset_after, keyset_page
 from opensquilla_site.timeutil import now_ms
 from sessions_app.keys import normalize_agent_id
 
+from ..counts import CountRow, per_column, receipt_counts
+from ..failure_groups import fingerprint_reason as fingerprint_reason
 from ..ledger import literal_prefix
+from ..ledger.triggers import GROUPS, INBOX
 from ..models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
 from ..statuses import FAILURE_STATUSES
 
 # --- overview counts ----------------------------------------------------------------------
 
 
-def counts_by(column: str) -> list[tuple[str, int]]:
-    """``(value, count)`` per distinct ``column`` (scope or agent_id), largest first.
-
-    One GROUP BY over a column that leads an index, so PostgreSQL answers it index-only.
-    """
-    if column not in {"scope", "agent_id", "status"}:
-        raise ValueError(f"cannot group receipts by {column!r}")
-    rows = (
-        MemoryDurableReceipt.objects.order_by()
-        .values_list(column)
-        .annotate(n=Count("id"))
-        .order_by("-n", column)
-    )
-    return [(value or "", n) for value, n in rows]
+def counts_by(column: str, rows: Iterable[CountRow] | None = None) -> list[tuple[str, int]]:
+    """``(value, count)`` per distinct ``column`` (scope, agent_id or status), largest first,
+    from the counts table (``rows`` when the caller already read it)."""
+    return per_column(receipt_counts() if rows is None else rows, column)
 
 
 # --- failure groups -----------------------------------------------------------------------
 
-# How many of the most recent failures are grouped. Grouping needs the text of each reason,
-# so it is bounded like upstream's health check (1000 most recent rows), only larger.
-FAILURE_WINDOW = 5000
-
-_MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (
-        re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"),
-        "<id>",
-    ),
-    (re.compile(r"agent:[^\s'\"]+"), "<session>"),
-    (re.compile(r"(?:[A-Za-z]:)?[\\/]?(?:[\w.@~-]+[\\/])+[\w.@~-]*"), "<path>"),
-    (re.compile(r"\b(?:0x)?[0-9a-fA-F]{8,}\b"), "<hex>"),
-    (re.compile(r"\d+(?:\.\d+)?"), "<n>"),
-)
+# Groups shown on the overview, largest first.
+FAILURE_GROUPS_SHOWN = 50
 _PLACEHOLDER = re.compile(r"<(?:id|session|path|hex|n)>")
-
-
-def fingerprint_reason(reason: str | None) -> str:
-    """The reason with ids, session keys, paths, hex digests and numbers masked."""
-    text = (reason or "").strip()
-    for pattern, placeholder in _MASKS:
-        text = pattern.sub(placeholder, text)
-    return re.sub(r"\s+", " ", text)[:300]
 
 
 def literal_fragment(fingerprint: str) -> str:
@@ -101,42 +75,63 @@ class FailureGroup:
 
 @dataclass
 class FailureGroups:
+    """The largest groups; ``total_groups`` and ``failures`` cover the whole ledger.
+
+    ``pending``: failures that arrived (or left) since the last fold and are not in the groups
+    yet (the beat task folds them within ``OPENSQUILLA_AGGREGATE_FOLD_SECONDS``).
+    """
+
     groups: list[FailureGroup] = field(default_factory=list)
-    scanned: int = 0
-    window: int = FAILURE_WINDOW
+    total_groups: int = 0
+    failures: int = 0
+    pending: int = 0
 
     @property
     def truncated(self) -> bool:
-        return self.scanned >= self.window
+        return self.total_groups > len(self.groups)
 
 
-def failure_groups(*, window: int = FAILURE_WINDOW) -> FailureGroups:
-    """Group the most recent failed receipts by ``(scope, status, fingerprint)``. One query."""
-    rows = (
-        MemoryDurableReceipt.objects.filter(status__in=FAILURE_STATUSES)
-        .order_by("-created_at", "-id")
-        .values_list("receipt_id", "scope", "status", "reason", "created_at")[:window]
-    )
-    groups: dict[tuple[str, str, str], FailureGroup] = {}
-    scanned = 0
-    for receipt_id, scope, status, reason, created_at in rows:
-        scanned += 1
-        key = (scope, status, fingerprint_reason(reason))
-        group = groups.get(key)
-        if group is None:
-            group = groups[key] = FailureGroup(
-                scope=scope,
-                status=status,
-                fingerprint=key[2],
-                first_seen=created_at,
-                last_seen=created_at,
-                sample_receipt_id=receipt_id,
+# How far the pending count is counted (shown as "10,000+" past it).
+PENDING_CAP = 10_000
+
+_GROUPS_SQL = (
+    # One query: the pending count always comes back, even with no group row.
+    "SELECT p.pending, g.scope, g.status, g.fingerprint, g.count, g.first_seen, g.last_seen, "  # noqa: S608
+    "g.sample_receipt_id, g.total_groups, g.failures "
+    f"FROM (SELECT COUNT(*) AS pending FROM (SELECT 1 FROM {INBOX} LIMIT {PENDING_CAP + 1}) "
+    "AS i) AS p LEFT JOIN ("
+    "SELECT id, scope, status, fingerprint, count, first_seen, last_seen, sample_receipt_id, "
+    "COUNT(*) OVER () AS total_groups, SUM(count) OVER () AS failures "
+    f"FROM {GROUPS} WHERE count > 0 ORDER BY count DESC, last_seen DESC, id LIMIT %s"
+    ") AS g ON 1 = 1 ORDER BY g.count DESC, g.last_seen DESC, g.id"
+)
+
+
+def failure_groups(*, limit: int = FAILURE_GROUPS_SHOWN) -> FailureGroups:
+    """Every failed receipt in the ledger grouped by ``(scope, status, fingerprint)``, largest
+    first, as last folded (``receipts_app.failure_groups``). One query."""
+    with connection.cursor() as cur:
+        cur.execute(_GROUPS_SQL, [limit])
+        rows = cur.fetchall()
+    pending = int(rows[0][0]) if rows else 0
+    found = [r for r in rows if r[1] is not None]
+    return FailureGroups(
+        groups=[
+            FailureGroup(
+                scope=r[1],
+                status=r[2],
+                fingerprint=r[3],
+                count=int(r[4]),
+                first_seen=int(r[5]),
+                last_seen=int(r[6]),
+                sample_receipt_id=r[7],
             )
-        group.count += 1
-        group.first_seen = min(group.first_seen, created_at)
-        group.last_seen = max(group.last_seen, created_at)
-    ordered = sorted(groups.values(), key=lambda g: (-g.count, -g.last_seen))
-    return FailureGroups(groups=ordered, scanned=scanned, window=window)
+            for r in found
+        ],
+        total_groups=int(found[0][8]) if found else 0,
+        failures=int(found[0][9]) if found else 0,
+        pending=pending,
+    )
 
 
 # --- receipts over time -------------------------------------------------------------------

@@ -37,13 +37,17 @@ def ms_iso(value: Any) -> str:
 
 @register.filter
 def capped(value: Any, cap: int | None = None) -> str:
-    """A count from ``capped_count``: anything past the cap reads "10,000+"."""
-    cap = COUNT_CAP if cap is None else cap
+    """A count from ``capped_count``: anything past the cap reads "10,000+".
+
+    ``cap`` 0 marks an exact count (from the counts table), shown in full; no cap (or an
+    empty one from a missing context variable) means ``COUNT_CAP``.
+    """
+    cap = COUNT_CAP if cap in (None, "") else cap
     try:
         number = int(value)
     except (TypeError, ValueError):
         return str(value)
-    if number > int(cap):
+    if int(cap) and number > int(cap):
         return f"{int(cap):,}+"
     return f"{number:,}"
 

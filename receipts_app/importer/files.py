@@ -151,3 +151,41 @@ def remove_created(created: Iterable[Path]) -> None:
             path.unlink(missing_ok=True)
         except OSError:
             pass
+
+
+def plan_named_copies(
+    *,
+    workspace: Path,
+    checkpoint_root: Path,
+    memory_root_for: Callable[[str], Path],
+    agents_by_path: Mapping[str, set[str]],
+    report: ImportReport,
+) -> list[PlannedCopy]:
+    """Like :func:`plan_copies`, but only the files the given receipts name (and a raw
+    archive's sidecar): what the live mirror copies after each batch, without walking the
+    whole workspace."""
+    plans: list[PlannedCopy] = []
+    for relative, agents in sorted(agents_by_path.items()):
+        if relative.startswith(CHECKPOINT_DIR + "/"):
+            candidates = [(relative, [checkpoint_root])]
+        elif relative.startswith(RAW_FALLBACK_DIR + "/"):
+            roots = sorted({memory_root_for(agent) for agent in sorted(agents or {DEFAULT_AGENT})})
+            name = relative[len(RAW_FALLBACK_DIR) + 1 :]
+            sidecar = f"{RAW_FALLBACK_DIR}/{SIDECAR_DIR}/{name}.json"
+            candidates = [(relative, roots), (sidecar, roots)]
+        else:
+            continue
+        for path_text, roots in candidates:
+            path = workspace / path_text
+            if path.is_symlink():
+                report.files.refused += 1
+                report.warn("refused", f"{path_text} is a symlink; not followed")
+                continue
+            if not path.is_file():
+                continue
+            if workspace.resolve() not in path.resolve().parents:
+                report.files.refused += 1
+                report.warn("refused", f"{path_text} resolves outside the workspace")
+                continue
+            plans.extend(PlannedCopy(path, path_text, root) for root in roots)
+    return plans

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..receipt_ids import addressable_receipt_id
 from .errors import ImportSourceError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -155,9 +156,9 @@ def _json_text(value: Any, what: str) -> Any:
 class SourceDatabase:
     """A validated, read-only OpenSquilla database. Use as a context manager."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, busy_timeout: float = 5.0) -> None:
         self.path = path
-        self.conn = _connect(path)
+        self.conn = _connect(path, busy_timeout)
         try:
             self.columns = _check_schema(self.conn, path)
         except BaseException:
@@ -178,18 +179,24 @@ class SourceDatabase:
     def count(self, table: str) -> int:
         return int(self._run(f"SELECT COUNT(*) FROM {table}").fetchone()[0])  # noqa: S608
 
-    def _run(self, sql: str) -> sqlite3.Cursor:
+    def _run(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         try:
-            return self.conn.execute(sql)
+            return self.conn.execute(sql, params)
         except sqlite3.DatabaseError as exc:
             raise ImportSourceError(f"{self.path} cannot be read: {exc}") from exc
 
-    def _select(self, table: str, order_by: str) -> Iterator[list[dict[str, Any]]]:
+    def _select(
+        self, table: str, order_by: str, where: str = "", params: tuple[Any, ...] = ()
+    ) -> Iterator[list[dict[str, Any]]]:
         present = self.columns[table]
         wanted = REQUIRED_COLUMNS[table] + OPTIONAL_COLUMNS[table]
         # Table and column names come from the constants above, never from the source file.
         select = ", ".join(c if c in present else f"NULL AS {c}" for c in wanted)
-        cursor = self._run(f"SELECT {select} FROM {table} ORDER BY {order_by}")  # noqa: S608
+        condition = f" WHERE {where}" if where else ""
+        cursor = self._run(
+            f"SELECT {select} FROM {table}{condition} ORDER BY {order_by}",  # noqa: S608
+            params,
+        )
         while True:
             try:
                 batch = cursor.fetchmany(CHUNK)
@@ -213,6 +220,45 @@ class SourceDatabase:
         for batch in self._select("memory_durable_receipts", order):
             yield [_receipt(row) for row in batch]
 
+    # --- incremental reads (the live mirror) ---------------------------------------------
+    # Keyset order on (updated_at, natural key): a change commits with a new updated_at, so
+    # everything changed since a cursor comes after it. Upstream has no index on updated_at;
+    # SQLite sorts once per read, and the reader streams the result in CHUNK-row batches.
+
+    def sessions_after(self, updated_at: int, session_key: str) -> Iterator[list[SourceSession]]:
+        where = "updated_at > ? OR (updated_at = ? AND session_key > ?)"
+        params = (updated_at, updated_at, session_key)
+        for batch in self._select("sessions", "updated_at, session_key", where, params):
+            yield [_session(row) for row in batch]
+
+    def entries_after(self, entry_id: int) -> Iterator[list[SourceEntry]]:
+        # AUTOINCREMENT ids: a later commit always has a larger id.
+        for batch in self._select("transcript_entries", "id", "id > ?", (entry_id,)):
+            yield [_entry(row) for row in batch]
+
+    def receipts_after(self, updated_at: int, key: str) -> Iterator[list[SourceReceipt]]:
+        where = "updated_at > ? OR (updated_at = ? AND idempotency_key > ?)"
+        params = (updated_at, updated_at, key)
+        order = "updated_at, idempotency_key"
+        for batch in self._select("memory_durable_receipts", order, where, params):
+            yield [_receipt(row) for row in batch]
+
+    def keys(self, table: str) -> set[str]:
+        """Every session key (``sessions``) or idempotency key (``memory_durable_receipts``)."""
+        column = {"sessions": "session_key", "memory_durable_receipts": "idempotency_key"}[table]
+        cursor = self._run(f"SELECT {column} FROM {table}")  # noqa: S608
+        try:
+            return {str(row[0]) for row in cursor.fetchall()}
+        except sqlite3.DatabaseError as exc:
+            raise ImportSourceError(f"{self.path} cannot be read: {exc}") from exc
+
+    def max_entry_id(self) -> int:
+        return int(self._run("SELECT COALESCE(MAX(id), 0) FROM transcript_entries").fetchone()[0])
+
+    def data_version(self) -> int:
+        """SQLite's per-connection change counter: it moves when another connection commits."""
+        return int(self._run("PRAGMA data_version").fetchone()[0])
+
     def _has_rowid(self) -> bool:
         try:
             self.conn.execute("SELECT rowid FROM memory_durable_receipts LIMIT 1")
@@ -221,7 +267,7 @@ class SourceDatabase:
         return True
 
 
-def _connect(path: Path) -> sqlite3.Connection:
+def _connect(path: Path, busy_timeout: float = 5.0) -> sqlite3.Connection:
     if not path.exists():
         raise ImportSourceError(f"{path} does not exist")
     if not path.is_file():
@@ -235,12 +281,14 @@ def _connect(path: Path) -> sqlite3.Connection:
         raise ImportSourceError(f"{path} is not an SQLite database")
     uri = f"file:{path.resolve().as_posix()}?mode=ro"
     try:
-        conn = _open(uri)
-    except sqlite3.OperationalError:
+        conn = _open(uri, busy_timeout)
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise ImportSourceError(f"{path} is locked by another process: {exc}") from exc
         # A WAL database in a read-only directory cannot create its -shm file. Reading it
         # as immutable is then the only way in; the operator is told to stop writers first.
         try:
-            conn = _open(f"{uri}&immutable=1")
+            conn = _open(f"{uri}&immutable=1", busy_timeout)
         except sqlite3.DatabaseError as exc:
             raise ImportSourceError(f"{path} is not a readable SQLite database: {exc}") from exc
     except sqlite3.DatabaseError as exc:
@@ -249,6 +297,8 @@ def _connect(path: Path) -> sqlite3.Connection:
         problems = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
     except sqlite3.DatabaseError as exc:
         conn.close()
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise ImportSourceError(f"{path} is locked by another process: {exc}") from exc
         raise ImportSourceError(f"{path} is corrupt: {exc}") from exc
     if problems != ["ok"]:
         conn.close()
@@ -256,8 +306,10 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def _open(uri: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(uri, uri=True)
+def _open(uri: str, busy_timeout: float = 5.0) -> sqlite3.Connection:
+    # The busy timeout waits out a writer's lock (WAL readers rarely meet one) instead of
+    # failing at once; the caller reports a lock that outlasts it and retries later.
+    conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout)
     try:
         conn.execute("PRAGMA query_only = ON")
         conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
@@ -345,7 +397,10 @@ _RECEIPT_MAX_LEN = {"scope": 64, "status": 64, "content_hash": 128, "coverage_ha
 
 
 def _receipt(row: dict[str, Any]) -> SourceReceipt:
-    receipt_id = str(_text(row["receipt_id"], "receipt_id", required=True, max_len=128))
+    # An upstream id with "/" could not be addressed by URL: it is stored percent-encoded.
+    receipt_id = addressable_receipt_id(
+        str(_text(row["receipt_id"], "receipt_id", required=True, max_len=128))
+    )
     what = f"receipt {receipt_id}"
     values: dict[str, Any] = {"receipt_id": receipt_id}
     for name in _RECEIPT_TEXT_REQUIRED:

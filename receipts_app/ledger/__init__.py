@@ -33,7 +33,7 @@ from sessions_app.models import Session
 from .. import audit
 from ..models import MemoryDurableReceipt, new_receipt_id
 from ..statuses import REPAIR_PENDING, REPAIR_QUEUE_STATUSES, REPAIR_RUNNING
-from . import fastsql
+from . import fastsql, retry
 from .columns import LEDGER_FIELDS, UPDATABLE_FIELDS
 
 
@@ -73,10 +73,16 @@ def _check_generation_fence(session_key: str, session_id: str, expected_session_
     fence_generation(session_key, expected_session_id)
 
 
-def _prepare_for_write(receipt: MemoryDurableReceipt, stamp_ms: int) -> dict[str, Any]:
-    """Canonicalise and stamp ``receipt`` in place (as upstream does); return the row to write."""
+def _prepare_for_write(
+    receipt: MemoryDurableReceipt, stamp_ms: int, *, keep_stamps: bool = False
+) -> dict[str, Any]:
+    """Canonicalise and stamp ``receipt`` in place (as upstream does); return the row to write.
+
+    ``keep_stamps`` keeps the receipt's own ``updated_at`` (rows copied from an OpenSquilla
+    ledger carry upstream's stamp, which is evidence and the mirror's change marker)."""
     receipt.session_key = canonicalize_session_key(receipt.session_key)
-    receipt.updated_at = stamp_ms
+    if not keep_stamps or receipt.updated_at is None:
+        receipt.updated_at = stamp_ms
     if not receipt.idempotency_key:
         raise ValueError("idempotency_key is required")
     if not receipt.receipt_id:
@@ -111,19 +117,23 @@ def upsert_memory_durable_receipt(
 
 
 def bulk_upsert_memory_durable_receipts(
-    receipts: Sequence[MemoryDurableReceipt],
+    receipts: Sequence[MemoryDurableReceipt], *, keep_stamps: bool = False
 ) -> list[MemoryDurableReceipt]:
     """Upsert many unfenced receipts in one transaction; returns the stored rows in input order.
 
-    A key repeated inside one batch keeps its last values, as sequential upserts would.
+    A key repeated inside one batch keeps its last values, as sequential upserts would. Rows
+    are written in key order, so overlapping concurrent batches take their row locks in one
+    order and cannot deadlock each other; a deadlock that happens anyway is retried once.
+    ``keep_stamps=True`` (the OpenSquilla import and mirror) keeps each row's ``updated_at``.
     """
     stamp = now_ms()
     latest: dict[str, dict[str, Any]] = {}
     for receipt in receipts:
-        row = _prepare_for_write(receipt, stamp)
+        row = _prepare_for_write(receipt, stamp, keep_stamps=keep_stamps)
         latest[row["idempotency_key"]] = row
-    with transaction.atomic():
-        stored = {r.idempotency_key: r for r in fastsql.bulk_upsert(list(latest.values()))}
+    ordered = [latest[key] for key in sorted(latest)]
+    written = retry.atomic_retrying_once(lambda: fastsql.bulk_upsert(ordered))
+    stored = {r.idempotency_key: r for r in written}
     return [stored[receipt.idempotency_key] for receipt in receipts]
 
 

@@ -250,7 +250,8 @@ def available_actions(
     receipt: MemoryDurableReceipt, *, now_ms: int | None = None
 ) -> dict[str, tuple[bool, str]]:
     """Which operator actions apply to the row, each with the reason it is (un)available."""
-    outcome, message = classify_requeue(receipt, now_ms=now_ms)
+    # A batch of one: both lookups of a failed checkpoint in one query.
+    outcome, message = classify_requeue(receipt, now_ms=now_ms, context=BatchContext([receipt]))
     requeue_ok = outcome in (Outcome.REQUEUED, Outcome.SUPERSEDED)
     if receipt.status in ACKNOWLEDGEABLE_STATUSES:
         acknowledge: tuple[bool, str] = (True, "")

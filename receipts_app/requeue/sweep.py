@@ -14,14 +14,17 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
-from .. import audit, enqueue
+from .. import audit, enqueue, task_limits
 from ..checkpoint import DEFAULT_SOURCE
 from ..models import MemoryDurableReceipt, RequeuePlan
 from ..statuses import CHECKPOINT_REQUEUED
 
-LOST_AFTER_MS = 10 * 60 * 1000
+# Derived from the tasks' time limits (receipts_app/task_limits.py): a requeued checkpoint
+# untouched for twice its task's hard limit lost its task.
+LOST_AFTER_MS = task_limits.LOST_CHECKPOINT_AFTER_SECONDS * 1000
+LOST_PLAN_AFTER_MS = task_limits.LOST_PLAN_AFTER_SECONDS * 1000
 # A running plan saves progress after every batch; silence this long means its worker died.
-STALLED_RUN_AFTER_MS = 30 * 60 * 1000
+STALLED_RUN_AFTER_MS = task_limits.LOST_PLAN_AFTER_SECONDS * 1000
 SWEEP_LIMIT = 200
 
 
@@ -70,7 +73,7 @@ def _sweep_checkpoints(now_ms: int) -> list[str]:
 def _sweep_plans(now_ms: int) -> list[str]:
     stuck = list(
         RequeuePlan.objects.filter(
-            Q(state="queued", updated_at__lte=now_ms - LOST_AFTER_MS)
+            Q(state="queued", updated_at__lte=now_ms - LOST_PLAN_AFTER_MS)
             | Q(state="running", updated_at__lte=now_ms - STALLED_RUN_AFTER_MS)
         )
         .order_by("updated_at")

@@ -60,8 +60,15 @@
     }
   });
 
-  // Pollers skip their ticks while the tab is hidden ([!document.hidden] in hx-trigger);
-  // catch up at once when the operator comes back instead of waiting for the next tick.
+  // Pollers (data-poll) skip their ticks while the tab is hidden. This is done here rather
+  // than with an hx-trigger filter ([!document.hidden]): htmx evaluates filters as strings,
+  // which the Content-Security-Policy (script-src 'self', no unsafe-eval) refuses.
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var elt = event.detail && event.detail.elt;
+    if (document.hidden && elt && elt.hasAttribute("data-poll")) event.preventDefault();
+  });
+
+  // Catch up at once when the operator comes back instead of waiting for the next tick.
   document.addEventListener("visibilitychange", function () {
     if (document.hidden || !window.htmx) return;
     var banner = document.getElementById("new-banner");

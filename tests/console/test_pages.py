@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from functools import partial
 
 import pytest
 from django.urls import reverse
 
 from opensquilla_site.timeutil import now_ms
 from receipts_app.audit import Actor, record_event
+from receipts_app.tasks import fold_ledger_aggregates
 from tests.factories import make_receipt, make_session
 
 from .conftest import hx
@@ -31,9 +33,15 @@ def test_overview_full_page_shows_failures_health_groups_and_chart(viewer_client
     _failed()
     _failed(reason="[Errno 28] No space left on device: '/srv/ws/memory/.checkpoints/b/t9.jsonl'")
     make_receipt(status="checkpoint_saved", session_key="agent:ops:cli:x")
+    # Before the beat task folds them, the two failures are announced, not yet grouped.
+    body = viewer_client.get(reverse("receipts:overview")).content.decode()
+    assert "2 changes arrived in the last seconds" in body
+    assert 'class="failure-group"' not in body
+    fold_ledger_aggregates()
     response = viewer_client.get(reverse("receipts:overview"))
     body = response.content.decode()
     assert response.status_code == 200
+    assert "arrived in the last seconds" not in body
     assert "<html" in body
     # htmx is loaded from our own static files (never a CDN), so the live regions work.
     assert re.search(r'<script[^>]*src="/static/[^"]*htmx[^"]*\.js"', body)
@@ -90,17 +98,32 @@ def test_receipt_list_accepts_dates_for_time_ranges(viewer_client):
     assert row.receipt_id not in body
 
 
-def test_receipt_list_status_tabs_show_capped_counts(viewer_client, monkeypatch):
+def test_status_tabs_under_a_text_filter_show_capped_counts(viewer_client, monkeypatch):
     from receipts_app.console.views import receipts as views
 
     for _ in range(4):
         _failed()
     # A cap of 2 stands in for 10,000: counting stops there and the tab says "2+".
-    original = views.status_counts
-    monkeypatch.setattr(views, "status_counts", lambda f: original(f, cap=2))
+    monkeypatch.setattr(views, "tab_counts", partial(views.tab_counts, cap=2))
+    monkeypatch.setattr(views, "COUNT_CAP", 2)
     monkeypatch.setattr("receipts_app.console.templatetags.COUNT_CAP", 2)
-    body = viewer_client.get(reverse("receipts:list")).content.decode()
+    body = viewer_client.get(reverse("receipts:list") + "?reason=space").content.decode()
     assert 'checkpoint_failed <span class="count">2+</span>' in body
+    assert ">2+</span> matching" in body
+
+
+def test_status_tabs_of_agent_scope_status_filters_are_exact(viewer_client, monkeypatch):
+    """Those filters read the counts table: the exact number, past any cap."""
+    from receipts_app.console.views import receipts as views
+
+    for _ in range(4):
+        _failed()
+    monkeypatch.setattr(views, "COUNT_CAP", 2)
+    monkeypatch.setattr("receipts_app.console.templatetags.COUNT_CAP", 2)
+    for query in ("", "?agent=main", "?scope=checkpoint&status=checkpoint_failed"):
+        body = viewer_client.get(reverse("receipts:list") + query).content.decode()
+        assert 'checkpoint_failed <span class="count">4</span>' in body, query
+        assert ">4</span> matching" in body, query
 
 
 def test_new_count_banner_counts_rows_above_the_first_row(viewer_client):

@@ -82,3 +82,58 @@ def test_session_detail_has_a_fixed_query_count(viewer_client, django_assert_num
         append_message(session.session_key, role="user", content=f"more {i}")
     with django_assert_num_queries(small):
         viewer_client.get(url)
+
+
+# --- the budget: no console page runs more than 8 queries -------------------------------
+
+MAX_QUERIES = 8
+
+
+def _every_page(operator_client) -> list[tuple[str, dict]]:
+    """Every GET page of the console, with data on it (rows, failures, events, a plan)."""
+    from receipts_app.models import MemoryDurableReceipt, RequeuePlan
+
+    _seed(12)
+    make_receipt(session_key="agent:ops:cron:q", scope="repair", status="repair_pending")
+    plan = create_requeue_plan(
+        filters={"status": "checkpoint_failed"}, receipt_ids=None, actor=Actor("otto", "console")
+    )
+    assert RequeuePlan.objects.filter(pk=plan.plan_id).exists()
+    receipt = MemoryDurableReceipt.objects.filter(status="checkpoint_failed").first()
+    session_key = receipt.session_key
+    since = operator_client.get(reverse("receipts:list")).context["newest_marker"]
+    return [
+        (reverse("receipts:overview"), {}),
+        (reverse("receipts:overview") + "?range=7d", hx("overview-body")),
+        (reverse("receipts:list"), {}),
+        (reverse("receipts:list") + "?status=checkpoint_failed", {}),
+        (reverse("receipts:list") + "?agent=main&scope=checkpoint", {}),
+        (reverse("receipts:list") + "?agent=main&status=repair_abandoned", {}),
+        (reverse("receipts:list") + "?reason=error&session_key_prefix=agent:main", {}),
+        (reverse("receipts:list") + "?status=checkpoint_failed", hx("receipt-table")),
+        (reverse("receipts:new_count") + f"?since={since}", hx("new-banner")),
+        (reverse("receipts:detail", args=[receipt.receipt_id]), {}),
+        (reverse("receipts:plans"), {}),
+        (reverse("receipts:plan_detail", args=[plan.plan_id]), {}),
+        (reverse("receipts:plan_progress", args=[plan.plan_id]), hx("plan-progress")),
+        (reverse("receipts:audit"), {}),
+        (reverse("receipts:audit") + "?actor=u1", {}),
+        (reverse("receipts:session_memory") + f"?key={session_key}", {}),
+        (reverse("sessions:list"), {}),
+        (reverse("sessions:detail", args=[session_key]), {}),
+    ]
+
+
+@pytest.mark.parametrize("role", ["viewer", "operator", "admin"])
+def test_no_console_page_runs_more_than_eight_queries(request, role):
+    client = request.getfixturevalue(
+        {"viewer": "viewer_client", "operator": "operator_client", "admin": "admin_client_role"}[
+            role
+        ]
+    )
+    over = {}
+    for url, headers in _every_page(request.getfixturevalue("operator_client")):
+        count = _count(client, url, **headers)
+        if count > MAX_QUERIES:
+            over[url] = count
+    assert over == {}

@@ -10,7 +10,7 @@ import pytest
 
 from opensquilla_site.celery import app as celery_app
 from opensquilla_site.timeutil import now_ms
-from receipts_app import checkpoint, enqueue, ledger, repair, tasks
+from receipts_app import checkpoint, enqueue, ledger, repair, task_limits, tasks
 from receipts_app.audit import Actor
 from receipts_app.models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
 from receipts_app.requeue import create_requeue_plan, requeue_receipt, start_requeue_plan
@@ -256,7 +256,7 @@ def test_repair_tick_runs_the_worker_and_resends_lost_work(
     repair_row("repair_failed")
     plan = create_requeue_plan(filters={"status": "repair_failed"}, receipt_ids=None, actor=ALICE)
     RequeuePlan.objects.filter(pk=plan.plan_id).update(
-        state="queued", updated_at=now_ms() - ELEVEN_MINUTES_MS
+        state="queued", updated_at=now_ms() - task_limits.LOST_PLAN_AFTER_SECONDS * 1000
     )
 
     with django_capture_on_commit_callbacks(execute=True):

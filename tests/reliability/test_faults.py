@@ -8,7 +8,9 @@
 3. The database connection dropped under a running web process: the next request is a
    clean JSON error or already succeeds, and the one after that succeeds.
 4. A worker SIGKILLed in the middle of a checkpoint (file written, receipt not yet): no
-   half row; after stale recovery (the sweep, or a Redis redelivery) the work completes once.
+   half row; the work comes back no earlier and no later than the recovery times derived from
+   the tasks' limits (the sweep at twice the checkpoint's hard limit, a Redis redelivery just
+   after the longest hard limit), and completes once.
 
 The worker fixtures come from ``tests/worker/conftest.py`` (imported, not copied).
 """
@@ -21,6 +23,7 @@ import os
 import sqlite3
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +37,7 @@ from opensquilla_site.celery import app as celery_app
 from opensquilla_site.timeutil import now_ms
 from opensquilla_site.tokens import create_api_token
 from opensquilla_site.wsgi import application
-from receipts_app import checkpoint, ledger, tasks
+from receipts_app import checkpoint, ledger, task_limits, tasks
 from receipts_app.audit import Actor
 from receipts_app.checkpoint import writer as checkpoint_writer
 from receipts_app.models import MemoryDurableReceipt, ReceiptEvent
@@ -406,27 +409,26 @@ class LedgerWriteLock:
         self._thread.join(30)
 
 
-def _restore_unacked_redis_messages(queue: str) -> int:
-    """A Redis redelivery now instead of after the 1 h visibility timeout: put this test's
-    unacknowledged messages back on its queue, as kombu's ``restore_visible`` would."""
-    from kombu import Connection
+def _redeliver_after(queue: str, age_s: float) -> int:
+    """Age this test's unacknowledged Redis messages to ``age_s`` seconds since delivery, then
+    run kombu's own redelivery scan with the broker options the product configures. Returns
+    how many of them it put back on the queue (none while they are younger than the
+    visibility timeout)."""
     from kombu.utils.json import loads
 
-    restored = 0
-    with Connection(BROKER_URL) as conn:
+    with celery_app.connection_for_write() as conn:
         channel = conn.default_channel
         client = channel.client
-        for tag, raw in client.hgetall(channel.unacked_key).items():
-            payload, exchange, routing_key = loads(raw)
-            if routing_key != queue:
-                continue  # another run's in-flight work is not ours to touch
-            with client.pipeline() as pipe:
-                channel._do_restore_message(payload, exchange, routing_key, pipe)
-                pipe.hdel(channel.unacked_key, tag)
-                pipe.zrem(channel.unacked_index_key, tag)
-                pipe.execute()
-            restored += 1
-    return restored
+        ours = [
+            tag
+            for tag, raw in client.hgetall(channel.unacked_key).items()
+            if loads(raw)[2] == queue  # another run's in-flight work is not ours to touch
+        ]
+        for tag in ours:
+            client.zadd(channel.unacked_index_key, {tag: time.time() - age_s})
+        channel.qos.restore_visible(num=1000, interval=1)
+        still_unacked = client.hgetall(channel.unacked_key)
+        return sum(1 for tag in ours if tag not in still_unacked)
 
 
 @worker_test
@@ -457,16 +459,26 @@ def test_a_worker_killed_mid_checkpoint_leaves_no_half_row_and_the_work_complete
     assert ledger.get_memory_durable_receipt(failed.receipt_id).status == "checkpoint_requeued"
     assert [r.status for r in checkpoint_rows(session.session_key)] == ["checkpoint_requeued"]
 
-    redelivered = _restore_unacked_redis_messages(celery_queue) if BROKER_IS_REDIS else 0
+    # Recovery is timed from the tasks' limits (receipts_app/task_limits.py), not fixed: the
+    # sweep re-sends a lost checkpoint once it is twice the task's hard limit old, and Redis
+    # redelivers just after the longest hard limit (never while a task may still be running).
+    assert task_limits.LOST_CHECKPOINT_AFTER_SECONDS <= 2 * task_limits.CHECKPOINT.hard
+    redelivered = 0
     if BROKER_IS_REDIS:
+        visibility = task_limits.VISIBILITY_TIMEOUT_SECONDS
+        assert task_limits.LONGEST_HARD_SECONDS < visibility < 2 * task_limits.LONGEST_HARD_SECONDS
+        assert _redeliver_after(celery_queue, visibility - 5) == 0  # not before the timeout
+        redelivered = _redeliver_after(celery_queue, visibility + 1)
         assert redelivered == 1  # acks_late: the killed worker's message was never acked
     start_worker()
     if not redelivered:
-        # The filesystem broker removed the message when it was fetched: the sweep, after
-        # ten minutes (aged, not slept), is what sends the work again.
-        MemoryDurableReceipt.objects.filter(receipt_id=failed.receipt_id).update(
-            updated_at=now_ms() - ELEVEN_MINUTES_MS
-        )
+        # The filesystem broker removed the message when it was fetched: the sweep is what
+        # sends the work again, once the row is LOST_CHECKPOINT_AFTER old (aged, not slept).
+        lost_after_ms = task_limits.LOST_CHECKPOINT_AFTER_SECONDS * 1000
+        aged = MemoryDurableReceipt.objects.filter(receipt_id=failed.receipt_id)
+        aged.update(updated_at=now_ms() - lost_after_ms + 5_000)
+        assert sweep_lost_work(now_ms())["checkpoints_resent"] == []  # not before its time
+        aged.update(updated_at=now_ms() - lost_after_ms)
         assert sweep_lost_work(now_ms())["checkpoints_resent"] == [failed.receipt_id]
 
     wait_for(

@@ -162,14 +162,9 @@ EXPECTED: dict[tuple[str, str], Rule] = {
     ("login", "GET"): public(),
     ("login", "POST"): public(body={"username": "nobody-here", "password": "wrong"}),
     ("logout", "POST"): public(body={}),
-    ("password_change", "GET"): console(LOGIN),
-    ("password_change_done", "GET"): console(LOGIN),
-    ("password_reset", "GET"): public(),
-    ("password_reset", "POST"): public(body={"email": "nobody@example.com"}),
-    ("password_reset_done", "GET"): public(),
-    ("password_reset_confirm", "GET"): public(),
-    ("password_reset_complete", "GET"): public(),
-    # JSON API (/api/v1/); its schema and docs page are public by design (no data in them)
+    # No password reset or change pages: no mail is configured (tests/security/test_headers.py).
+    # JSON API (/api/v1/); its schema and docs page are public outside production (no data in
+    # them) and need a login or token in production (tests/security/test_headers.py).
     ("api:openapi-json", "GET"): public(),
     ("api:openapi-view", "GET"): public(),
     ("api:api-root", "GET"): public(ok_status=404),
@@ -223,8 +218,10 @@ EXPECTED: dict[tuple[str, str], Rule] = {
     **_admin_model("opensquilla_site_apitoken", add=NOBODY),
     **_admin_model("opensquilla_site_idempotentrequest", add=NOBODY),
     **_admin_model("sessions_app_session"),
-    **_admin_model("sessions_app_transcriptentry"),
-    **_admin_model("receipts_app_memorydurablereceipt"),
+    # Transcripts and receipts change only through the services (which leave events): the
+    # admin shows them read-only and never adds or deletes them.
+    **_admin_model("sessions_app_transcriptentry", add=NOBODY, delete=NOBODY),
+    **_admin_model("receipts_app_memorydurablereceipt", add=NOBODY, delete=NOBODY),
     # The audit log is append-only: readable, never added, changed or deleted by hand.
     **_admin_model("receipts_app_receiptevent", add=NOBODY, delete=NOBODY),
     **_admin_model("receipts_app_requeueplan", add=NOBODY),

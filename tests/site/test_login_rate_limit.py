@@ -9,7 +9,10 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def _fresh_cache():
+def _fresh_cache(settings):
+    # Hour windows: a minute window can roll over mid-test on a slow machine and reset a count.
+    settings.LOGIN_RATE_PER_IP = "20/h"
+    settings.LOGIN_RATE_PER_USER = "5/h"
     cache.clear()
     yield
     cache.clear()
@@ -31,3 +34,39 @@ def test_a_good_login_within_budget_works(client):
     response = client.post("/accounts/login/", {"username": "bob", "password": "right-Password-1"})
     assert response.status_code == 302
     assert "_auth_user_id" in client.session
+
+
+def _fail(client, username: str, **extra):
+    return client.post("/accounts/login/", {"username": username, "password": "wrong"}, **extra)
+
+
+def test_a_look_alike_username_hits_the_same_limit(client):
+    make_user("ratetest", "viewer", password="right-Password-1")
+    for _ in range(5):
+        assert _fail(client, "ratetest").status_code == 200
+    # Fullwidth letters: Django's login normalises them (NFKC) to the same user.
+    for look_alike in ("ｒａｔｅｔｅｓｔ", "RATETEST", "RateTest "):
+        blocked = client.post(
+            "/accounts/login/", {"username": look_alike, "password": "right-Password-1"}
+        )
+        assert blocked.status_code == 429, look_alike
+    assert "_auth_user_id" not in client.session
+
+
+def test_without_a_trusted_proxy_header_every_client_behind_the_proxy_shares_one_ip_budget(
+    client, settings
+):
+    settings.LOGIN_RATE_PER_IP = "3/h"
+    for i in range(3):
+        _fail(client, f"user{i}", HTTP_X_FORWARDED_FOR=f"203.0.113.{i}")
+    assert _fail(client, "user9", HTTP_X_FORWARDED_FOR="203.0.113.99").status_code == 429
+
+
+def test_a_trusted_proxy_header_gives_each_client_its_own_ip_budget(client, settings):
+    settings.LOGIN_RATE_PER_IP = "3/h"
+    settings.OPENSQUILLA_TRUSTED_PROXY_HEADER = "X-Forwarded-For"
+    for i in range(3):
+        _fail(client, f"user{i}", HTTP_X_FORWARDED_FOR="spoofed, 203.0.113.7")
+    # The proxy appends the address it saw: a client cannot escape by prepending its own.
+    assert _fail(client, "user9", HTTP_X_FORWARDED_FOR="1.2.3.4, 203.0.113.7").status_code == 429
+    assert _fail(client, "user9", HTTP_X_FORWARDED_FOR="203.0.113.8").status_code == 200

@@ -6,8 +6,8 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from ...counts import per_status, receipt_counts
 from ...health import health_by_agent
-from ...selectors import ReceiptFilter, status_counts
 from ...statuses import FAILURE_STATUSES, KNOWN_STATUSES
 from .. import selectors as cs
 from ..helpers import VIEW_PERM, HtmxHttpRequest, can_operate, console_view
@@ -18,13 +18,14 @@ from ..helpers import VIEW_PERM, HtmxHttpRequest, can_operate, console_view
 def overview(request: HtmxHttpRequest) -> HttpResponse:
     range_name = request.GET.get("range", "24h")
     timeline = cs.receipts_over_time(range_name)
-    counts = status_counts(ReceiptFilter())
+    rows = receipt_counts()  # exact, and read once for every count on the page
+    counts = per_status(rows)
     context = {
         "status_counts": [(s, counts.get(s, 0)) for s in KNOWN_STATUSES if counts.get(s)],
         "failure_statuses": FAILURE_STATUSES,
-        "scope_counts": cs.counts_by("scope"),
-        "agent_counts": cs.counts_by("agent_id"),
-        "health": health_by_agent(),
+        "scope_counts": cs.counts_by("scope", rows),
+        "agent_counts": cs.counts_by("agent_id", rows),
+        "health": health_by_agent(rows),
         "failure_groups": cs.failure_groups(),
         "timeline": timeline,
         "bars": timeline.bars(),

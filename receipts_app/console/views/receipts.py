@@ -17,12 +17,13 @@ from ...flush_outcome import flush_outcome_for_row
 from ...models import MemoryDurableReceipt
 from ...requeue import AckOutcome, acknowledge_receipt, available_actions, requeue_receipt
 from ...selectors import (
+    COUNT_CAP,
     ReceiptFilter,
     capped_count,
     filter_receipts,
     get_receipt,
     page_receipts,
-    status_counts,
+    tab_counts,
 )
 from ...statuses import FAILURE_STATUSES, KNOWN_SCOPES, KNOWN_STATUSES, ROW_REQUEUEABLE_STATUSES
 from .. import selectors as cs
@@ -70,6 +71,7 @@ def receipt_list(request: HtmxHttpRequest) -> HttpResponse:
         "row_requeue_statuses": ROW_REQUEUEABLE_STATUSES,
         "limit": limit,
         "filter_error": error,
+        "count_cap": COUNT_CAP,
     }
     status = 200
     if receipt_filter is None:
@@ -83,13 +85,15 @@ def receipt_list(request: HtmxHttpRequest) -> HttpResponse:
             )
         except ValidationFailed as exc:  # a forged or garbled cursor
             return render_error(request, exc.message, status=400)
+        tabs = tab_counts(receipt_filter)
         context.update(
             filter=receipt_filter,
             filter_pairs=_pairs(receipt_filter.to_params()),
             rows=page.rows,
             next_cursor=page.next_cursor,
-            counts=status_counts(receipt_filter),
-            total=capped_count(filter_receipts(receipt_filter)),
+            counts=tabs.per_status,
+            total=tabs.total,
+            count_cap=0 if tabs.exact else COUNT_CAP,
             unknown_statuses=unknown,
             newest_marker=(
                 encode_cursor(page.rows[0].created_at, page.rows[0].id)

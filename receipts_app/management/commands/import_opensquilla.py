@@ -1,15 +1,19 @@
-"""``manage.py import_opensquilla PATH_TO_sessions.db [--workspace DIR]`` (docs/IMPORT.md)."""
+"""``manage.py import_opensquilla PATH_TO_sessions.db [--workspace DIR] [--follow]``.
+
+One-shot import: docs/IMPORT.md. ``--follow``: the live mirror, docs/MIRROR.md.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from receipts_app.audit import acting_as
 from receipts_app.importer import import_opensquilla
 from receipts_app.management import cli
+from receipts_app.mirror.follower import build_follower, stop_on_signals
 
 
 class Command(BaseCommand):
@@ -39,11 +43,27 @@ class Command(BaseCommand):
             help="where raw-fallback archives go; may contain {agent} "
             "(default: OPENSQUILLA_MEMORY_WORKSPACE, else the target workspace)",
         )
+        parser.add_argument(
+            "--follow",
+            action="store_true",
+            help="keep following the live database after the initial import (docs/MIRROR.md); "
+            "stop with SIGTERM or Ctrl-C",
+        )
+        parser.add_argument(
+            "--interval",
+            type=float,
+            default=None,
+            help="with --follow: seconds between polls (default OPENSQUILLA_MIRROR_INTERVAL, 0.5)",
+        )
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
         cli.add_actor_argument(parser)
 
     def handle(self, *args, **options):
+        if options["follow"]:
+            return self._follow(options)
+        if options["interval"] is not None:
+            raise CommandError("--interval only applies with --follow")
         progress = cli.ProgressBar(cli.raw_stream(self.stderr), enabled=not options["no_progress"])
         try:
             with acting_as(cli.actor_from(options)), cli.cli_errors():
@@ -66,3 +86,21 @@ class Command(BaseCommand):
             if report.changed
             else "nothing to do: already imported"
         )
+
+    def _follow(self, options):
+        progress = cli.ProgressBar(cli.raw_stream(self.stderr), enabled=not options["no_progress"])
+        with cli.cli_errors():
+            follower = build_follower(
+                db_path=options["db_path"],
+                workspace=options["workspace"],
+                target_workspace=options["target_workspace"],
+                memory_workspace=options["memory_workspace"],
+                interval=options["interval"],
+                progress=progress,
+            )
+        self.stderr.write(f"following {follower.path} every {follower.interval:g}s (Ctrl-C stops)")
+        try:
+            with stop_on_signals() as stop:
+                follower.run(stop)
+        finally:
+            progress.close()

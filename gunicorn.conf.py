@@ -1,0 +1,25 @@
+"""gunicorn settings (loaded from the working directory, as ``make run`` and the Procfile run).
+
+The worker timeout comes from ``opensquilla_site/serving.py``, the same place that bounds the
+API's ``?wait=true`` calls; the control socket is named after the bind address under
+``var/run/``, so two instances on one host never share one.
+"""
+
+import os
+from pathlib import Path
+
+from opensquilla_site.serving import WEB_TIMEOUT_SECONDS, control_socket_path
+
+bind = [os.environ.get("WEB_BIND", "127.0.0.1:8000")]
+workers = int(os.environ.get("WEB_WORKERS", "2"))
+timeout = WEB_TIMEOUT_SECONDS
+accesslog = "-"
+
+_VAR_DIR = Path(os.environ.get("OPENSQUILLA_VAR_DIR", Path(__file__).resolve().parent / "var"))
+
+
+def on_starting(server):
+    # Here, not at module level: a --bind on the command line has been applied by now.
+    run_dir = _VAR_DIR / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    server.cfg.set("control_socket", str(control_socket_path(run_dir, server.cfg.bind)))

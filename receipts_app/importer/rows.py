@@ -1,0 +1,357 @@
+"""Applying one batch of OpenSquilla rows to our ledger: the row mapping shared by the one-shot
+import (``service.import_opensquilla``) and the live mirror (``receipts_app.mirror``).
+
+Each function takes a batch already read and checked by :mod:`.source`, writes it in the
+caller's transaction and counts what it did in an ``ImportReport``. What "the source row wins"
+means for receipts is a parameter (``decide``): the import lets the newer ``updated_at`` win,
+the mirror adds what it knows about rows it applied before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.management.color import no_style
+from django.db import connection
+
+from sessions_app.keys import agent_id_for_session_key, canonicalize_session_key, normalize_agent_id
+from sessions_app.models import Session, TranscriptEntry
+
+from .. import ledger
+from ..ledger import LEDGER_FIELDS
+from ..models import MemoryDurableReceipt
+from ..statuses import CHECKPOINT_SAVED, PREIMAGE_SAVED
+from .paths import check_receipt_path, is_file_path, normalise
+from .report import Counts, ImportReport
+from .source import SourceEntry, SourceReceipt, SourceSession
+
+# Receipt columns compared and overwritten when the source row wins: the ledger's conflict
+# columns, minus the constant schema version.
+RECEIPT_MUTABLE = tuple(
+    name
+    for name in LEDGER_FIELDS
+    if name not in ("receipt_id", "idempotency_key", "created_at", "schema_version")
+)
+_ENTRY_FIELDS = (
+    "session_key",
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "reasoning_content",
+    "token_count",
+    "created_at",
+)
+# Which receipts name a file whose bytes ``content_hash`` is the sha256 of.
+_HASHED_FILE_COLUMN = {CHECKPOINT_SAVED: "source_path", PREIMAGE_SAVED: "target_path"}
+
+
+@dataclass
+class FileFacts:
+    """What the receipts say about workspace files, gathered while importing them."""
+
+    agents_by_path: dict[str, set[str]] = field(default_factory=dict)
+    expected_hash: dict[str, set[str]] = field(default_factory=dict)
+
+
+def count(counts: Counts, outcome: str) -> None:
+    setattr(counts, outcome, getattr(counts, outcome) + 1)
+
+
+# --- sessions -----------------------------------------------------------------------------
+
+
+def _session_agent(row: SourceSession, key: str) -> str:
+    # The key's agent segment wins over the column: upstream's gateway stores "main" for
+    # sessions of other agents, and the console groups receipts by the key's agent.
+    return agent_id_for_session_key(key) or normalize_agent_id(row.agent_id)
+
+
+def apply_sessions(batch: Sequence[SourceSession], report: ImportReport) -> list[str]:
+    """Create or merge each session; returns the canonical keys of the batch, in order."""
+    keys = [canonicalize_session_key(row.session_key) for row in batch]
+    local = {s.session_key: s for s in Session.objects.filter(session_key__in=keys)}
+    to_create: dict[str, Session] = {}
+    to_update: dict[str, Session] = {}
+    for row, key in zip(batch, keys, strict=True):
+        existing = local.get(key) or to_create.get(key)
+        if existing is None:
+            to_create[key] = Session(
+                session_key=key,
+                session_id=row.session_id,
+                epoch=row.epoch,
+                agent_id=_session_agent(row, key),
+                created_at=row.created_at,
+                updated_at=row.updated_at,
+            )
+            report.sessions.created += 1
+            continue
+        outcome = merge_session(existing, row)
+        if outcome == "updated" and existing.pk is not None:
+            to_update[key] = existing
+        count(report.sessions, outcome)
+        if outcome == "skipped":
+            report.warn(
+                "session_conflict",
+                f"session {key}: local generation {existing.session_id} (epoch "
+                f"{existing.epoch}) kept over imported {row.session_id} (epoch {row.epoch})",
+            )
+    Session.objects.bulk_create(list(to_create.values()), batch_size=500)
+    if to_update:
+        Session.objects.bulk_update(
+            list(to_update.values()), ["session_id", "epoch", "created_at", "updated_at"]
+        )
+    return keys
+
+
+def merge_session(existing: Session, row: SourceSession) -> str:
+    """Apply an imported session to a local one. The higher epoch names the live generation;
+    at equal epochs a different generation is a conflict and the local one is kept."""
+    if existing.session_id != row.session_id:
+        if row.epoch <= existing.epoch:
+            return "skipped"
+        existing.session_id = row.session_id
+        existing.epoch = row.epoch
+        existing.updated_at = max(existing.updated_at, row.updated_at)
+        return "updated"
+    before = (existing.epoch, existing.created_at, existing.updated_at)
+    existing.epoch = max(existing.epoch, row.epoch)
+    existing.created_at = min(existing.created_at, row.created_at)
+    existing.updated_at = max(existing.updated_at, row.updated_at)
+    return (
+        "unchanged"
+        if before == (existing.epoch, existing.created_at, existing.updated_at)
+        else "updated"
+    )
+
+
+# --- transcript entries -------------------------------------------------------------------
+
+
+def _message_id(row: SourceEntry) -> str:
+    # Older rows without a message id get a stable one, so a re-import finds them again.
+    return row.message_id or f"opensquilla-import-{row.id}"
+
+
+def _entry_values(row: SourceEntry) -> dict[str, Any]:
+    return {
+        "session_key": canonicalize_session_key(row.session_key),
+        "role": row.role,
+        "content": row.content,
+        "tool_calls": row.tool_calls,
+        "tool_call_id": row.tool_call_id,
+        "reasoning_content": row.reasoning_content,
+        "token_count": row.token_count,
+        "created_at": row.created_at,
+    }
+
+
+def apply_entries(batch: Sequence[SourceEntry], report: ImportReport) -> set[str]:
+    """Create or update each entry, keeping upstream ids (docs/IMPORT.md "Transcript entry
+    ids"); returns the session keys where an id was taken and a new one given."""
+    remapped_sessions: set[str] = set()
+    ids = [row.id for row in batch]
+    identities = {(row.session_id, _message_id(row)) for row in batch}
+    by_id = {e.id: e for e in TranscriptEntry.objects.filter(id__in=ids)}
+    by_identity: dict[tuple[str, str], TranscriptEntry] = {}
+    for entry in TranscriptEntry.objects.filter(
+        session_id__in={i[0] for i in identities},
+        message_id__in={i[1] for i in identities},
+    ).order_by("id"):
+        by_identity.setdefault((entry.session_id, entry.message_id), entry)
+    keep_id: list[TranscriptEntry] = []
+    new_id: list[TranscriptEntry] = []
+    to_update: list[TranscriptEntry] = []
+    for row in batch:
+        identity = (row.session_id, _message_id(row))
+        values = _entry_values(row)
+        same_id = by_id.get(row.id)
+        match = (
+            same_id
+            if same_id is not None and (same_id.session_id, same_id.message_id) == identity
+            else by_identity.get(identity)
+        )
+        if match is not None:
+            if all(getattr(match, k) == v for k, v in values.items()):
+                report.transcript_entries.unchanged += 1
+            else:
+                for name, value in values.items():
+                    setattr(match, name, value)
+                to_update.append(match)
+                report.transcript_entries.updated += 1
+            continue
+        entry = TranscriptEntry(session_id=row.session_id, message_id=identity[1], **values)
+        if same_id is None:
+            entry.id = row.id
+            keep_id.append(entry)
+        else:
+            new_id.append(entry)
+            remapped_sessions.add(values["session_key"])
+        by_identity[identity] = entry
+        report.transcript_entries.created += 1
+    insert_entries(keep_id)
+    if new_id:
+        # Fresh ids must come after every kept id, so reset the sequence first.
+        reset_entry_sequence()
+        TranscriptEntry.objects.bulk_create(new_id, batch_size=500)
+        report.remapped_entry_ids += len(new_id)
+    if to_update:
+        TranscriptEntry.objects.bulk_update(to_update, list(_ENTRY_FIELDS), batch_size=500)
+    return remapped_sessions
+
+
+_ENTRY_INSERT_FIELDS = tuple(f for f in TranscriptEntry._meta.concrete_fields)
+
+
+def insert_entries(entries: Sequence[TranscriptEntry]) -> None:
+    """Insert entries with their ids set, as one ``executemany``: ``bulk_create`` compiled the
+    same INSERT for every 500 rows and spent most of a large import doing so. Each value is
+    prepared by its field exactly as a model save would (JSON included)."""
+    if not entries:
+        return
+    table = connection.ops.quote_name(TranscriptEntry._meta.db_table)
+    columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in _ENTRY_INSERT_FIELDS)
+    marks = ", ".join(["%s"] * len(_ENTRY_INSERT_FIELDS))
+    params = [
+        [f.get_db_prep_save(getattr(entry, f.attname), connection) for f in _ENTRY_INSERT_FIELDS]
+        for entry in entries
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"INSERT INTO {table} ({columns}) VALUES ({marks})",  # noqa: S608 - model metadata
+            params,
+        )
+
+
+def warn_remapped(report: ImportReport, session_keys: set[str]) -> None:
+    for key in sorted(session_keys):
+        report.warn(
+            "remapped_ids",
+            f"session {key}: some transcript entries got new ids (theirs were taken), so its "
+            "imported checkpoints no longer cover the transcript",
+        )
+
+
+def reset_entry_sequence() -> None:
+    """After explicit-id inserts, move PostgreSQL's sequence past them (SQLite needs nothing:
+    its AUTOINCREMENT counter follows the largest id inserted)."""
+    statements = connection.ops.sequence_reset_sql(no_style(), [TranscriptEntry])
+    if statements:
+        with connection.cursor() as cursor:
+            for sql in statements:
+                cursor.execute(sql)
+
+
+# --- receipts -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReceiptChange:
+    """What happened to one source receipt: ``prior_status`` is the local status before
+    (None for a created row); ``outcome`` is created/updated/unchanged/skipped."""
+
+    values: dict[str, Any]
+    prior_status: str | None
+    outcome: str
+
+
+Decide = Callable[[MemoryDurableReceipt, dict[str, Any]], str]
+
+
+def receipt_values(row: SourceReceipt) -> dict[str, Any]:
+    values = dict(row.values)
+    values["session_key"] = canonicalize_session_key(values["session_key"])
+    values["agent_id"] = agent_id_for_session_key(values["session_key"]) or ""
+    return values
+
+
+def note_files(values: dict[str, Any], facts: FileFacts) -> None:
+    agent = values["agent_id"] or "main"
+    for name in ("source_path", "target_path"):
+        path = values.get(name)
+        if path and is_file_path(path):
+            facts.agents_by_path.setdefault(normalise(path), set()).add(agent)
+    hashed = _HASHED_FILE_COLUMN.get(values["status"])
+    if hashed and values.get(hashed) and values.get("content_hash"):
+        facts.expected_hash.setdefault(normalise(values[hashed]), set()).add(values["content_hash"])
+
+
+def newer_wins(existing: MemoryDurableReceipt, values: dict[str, Any]) -> str:
+    """The import's rule: the newer ``updated_at`` wins, so re-importing never undoes a local
+    requeue or acknowledge (those are stamped later than the source row they resolved)."""
+    if all(getattr(existing, name) == values[name] for name in RECEIPT_MUTABLE):
+        return "unchanged"
+    if values["updated_at"] <= existing.updated_at:
+        return "skipped"
+    return "updated"
+
+
+def apply_receipts(
+    batch: Sequence[SourceReceipt],
+    report: ImportReport,
+    facts: FileFacts,
+    *,
+    decide: Decide = newer_wins,
+) -> list[ReceiptChange]:
+    """Create new receipts and overwrite those ``decide`` says the source wins, through the
+    ledger's bulk upsert with the source stamps kept. ``receipt_id`` and ``created_at`` of a
+    local row never change; an overwritten row loses its local resolution link (the upstream
+    row moved on, so the earlier resolution no longer describes it)."""
+    rows = [receipt_values(row) for row in batch]
+    for values in rows:
+        check_receipt_path(values["receipt_id"], "source_path", values["source_path"])
+        check_receipt_path(values["receipt_id"], "target_path", values["target_path"])
+        note_files(values, facts)
+    keys = [v["idempotency_key"] for v in rows]
+    by_key = {
+        r.idempotency_key: r for r in MemoryDurableReceipt.objects.filter(idempotency_key__in=keys)
+    }
+    taken_ids = set(
+        MemoryDurableReceipt.objects.filter(
+            receipt_id__in=[v["receipt_id"] for v in rows]
+        ).values_list("receipt_id", flat=True)
+    )
+    writes: dict[str, dict[str, Any]] = {}
+    changes: list[ReceiptChange] = []
+    for values in rows:
+        key = values["idempotency_key"]
+        existing = by_key.get(key)
+        if existing is None:
+            if key in writes:  # the same key twice in one batch: the later row wins
+                writes[key] = {**values, "receipt_id": writes[key]["receipt_id"]}
+                continue
+            if values["receipt_id"] in taken_ids:
+                report.receipts.skipped += 1
+                report.warn(
+                    "receipt_id_taken",
+                    f"receipt {values['receipt_id']}: id already used by another local "
+                    "receipt; not imported",
+                )
+                changes.append(ReceiptChange(values, None, "skipped"))
+                continue
+            writes[key] = values
+            taken_ids.add(values["receipt_id"])
+            report.receipts.created += 1
+            changes.append(ReceiptChange(values, None, "created"))
+            continue
+        outcome = decide(existing, values)
+        count(report.receipts, outcome)
+        changes.append(ReceiptChange(values, existing.status, outcome))
+        if outcome == "updated":
+            writes[key] = {
+                **values,
+                "receipt_id": existing.receipt_id,
+                "created_at": existing.created_at,
+            }
+    if writes:
+        ledger.bulk_upsert_memory_durable_receipts(
+            [_receipt(values) for values in writes.values()], keep_stamps=True
+        )
+    return changes
+
+
+def _receipt(values: dict[str, Any]) -> MemoryDurableReceipt:
+    fields = {name: values[name] for name in LEDGER_FIELDS}
+    return MemoryDurableReceipt(**fields, resolved_by_receipt_id=None)

@@ -1,0 +1,102 @@
+"""What the mirror remembers: per source its cursor, lease and state; per mirrored session and
+receipt what upstream last said, and whether the row is gone upstream.
+
+Kept apart from the ledger tables on purpose: the ledger row is what operators act on, these
+rows are evidence of where it came from. A receipt is matched by ``idempotency_key`` (the
+ledger's only conflict target), a session by its canonical key.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from opensquilla_site.timeutil import now_ms
+
+
+class MirrorSource(models.Model):
+    """One followed ``sessions.db``: cursor, lease and the state operators see."""
+
+    path = models.TextField(unique=True)  # resolved absolute path
+    workspace = models.TextField(blank=True, default="")
+    # The file the cursor belongs to: st_dev/st_ino plus SQLite's application_id. When they
+    # change the file was replaced and the cursor starts again (rows dedupe, nothing is lost).
+    identity = models.JSONField(default=dict, blank=True)
+
+    # Cursor: keyset positions in the source, advanced in the transaction that applied the rows.
+    sessions_updated_at = models.BigIntegerField(default=0)
+    sessions_key = models.TextField(blank=True, default="")
+    entries_id = models.BigIntegerField(default=0)
+    receipts_updated_at = models.BigIntegerField(default=0)
+    receipts_key = models.TextField(blank=True, default="")
+    initial_sync_done = models.BooleanField(default=False)
+
+    # Lease: the follower allowed to apply rows until ``lease_until`` (ms). Taken and checked
+    # under this row's lock in every applying transaction, so two followers never both apply.
+    lease_owner = models.CharField(max_length=64, blank=True, default="")
+    lease_until = models.BigIntegerField(default=0)
+
+    # State for the console, the health API and /metrics.
+    phase = models.CharField(max_length=16, default="starting")  # starting/importing/following
+    heartbeat_at = models.BigIntegerField(default=0)
+    interval_seconds = models.FloatField(default=1.0)
+    last_sync_at = models.BigIntegerField(null=True, blank=True)  # last pass that caught up
+    last_change_at = models.BigIntegerField(null=True, blank=True)  # last pass that applied rows
+    lag_ms = models.BigIntegerField(null=True, blank=True)  # source stamp -> our commit, last row
+    error = models.TextField(blank=True, default="")
+    error_code = models.CharField(max_length=32, blank=True, default="")
+    error_since = models.BigIntegerField(null=True, blank=True)
+    warning = models.TextField(blank=True, default="")
+    rows_applied = models.BigIntegerField(default=0)
+    created_at = models.BigIntegerField(default=now_ms)
+
+    class Meta:
+        ordering = ["path"]
+
+    def __str__(self) -> str:
+        return self.path
+
+
+class MirroredSession(models.Model):
+    source = models.ForeignKey(MirrorSource, on_delete=models.CASCADE, related_name="sessions")
+    session_key = models.TextField()
+    gone_at = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source", "session_key"], name="mirror_session_source_key_uniq"
+            )
+        ]
+        indexes = [models.Index(fields=["source", "gone_at"], name="mirror_session_gone")]
+
+    def __str__(self) -> str:
+        return self.session_key
+
+
+class MirroredReceipt(models.Model):
+    """Upstream's last word on one receipt: its ``updated_at`` and status when we applied it.
+
+    A local row whose ``updated_at`` differs from ``source_updated_at`` was changed here
+    (requeued, acknowledged, recovered, superseded) and is only overwritten when upstream moves
+    the receipt on to another status.
+    """
+
+    source = models.ForeignKey(MirrorSource, on_delete=models.CASCADE, related_name="receipts")
+    idempotency_key = models.TextField()
+    source_updated_at = models.BigIntegerField()
+    source_status = models.CharField(max_length=64)
+    gone_at = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source", "idempotency_key"], name="mirror_receipt_source_key_uniq"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["source", "gone_at"], name="mirror_receipt_gone"),
+            models.Index(fields=["idempotency_key"], name="mirror_receipt_key"),
+        ]
+
+    def __str__(self) -> str:
+        return self.idempotency_key

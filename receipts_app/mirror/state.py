@@ -1,0 +1,151 @@
+"""The mirror's state as operators, the health API and ``/metrics`` see it.
+
+:func:`mirror_states` is the one reader. A follower writes its heartbeat at least every
+``HEARTBEAT_MS``; one not heard from for ``stale_after_ms`` counts as stopped, whatever its
+last recorded state says (a killed process records nothing).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, IntegerField, Model, OuterRef, Subquery
+
+from opensquilla_site.timeutil import now_ms
+
+from .models import MirroredReceipt, MirroredSession, MirrorSource
+
+HEARTBEAT_MS = 10_000
+MIN_STALE_MS = 30_000
+
+# Status names, worst first: what the overview badge and /metrics show.
+STOPPED = "stopped"
+FAILING = "failing"
+WARNING = "warning"
+IMPORTING = "importing"
+OK = "ok"
+HEALTHY_STATUSES = (OK, IMPORTING)
+
+
+def stale_after_ms(interval_seconds: float) -> int:
+    return max(MIN_STALE_MS, int(interval_seconds * 3000) + HEARTBEAT_MS)
+
+
+def _status(src: MirrorSource, now: int) -> str:
+    if not src.heartbeat_at or now - src.heartbeat_at > stale_after_ms(src.interval_seconds):
+        return STOPPED
+    if src.error:
+        return FAILING
+    if src.warning:
+        return WARNING
+    if src.phase == "importing":
+        return IMPORTING
+    return OK
+
+
+def _gone_count(model: type[Model]) -> Subquery:
+    rows = (
+        model._default_manager.filter(source=OuterRef("pk"), gone_at__isnull=False)
+        .order_by()
+        .values("source")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return Subquery(rows, output_field=IntegerField())
+
+
+def _behind(src: MirrorSource, now: int) -> int | None:
+    return None if src.last_sync_at is None else max(0, now - src.last_sync_at)
+
+
+def _lag_seconds(lag_ms: int | None, behind_ms: int | None, status: str) -> float | None:
+    if status in HEALTHY_STATUSES or status == WARNING:
+        return None if lag_ms is None else lag_ms / 1000
+    candidates = [v for v in (lag_ms, behind_ms) if v is not None]
+    return max(candidates) / 1000 if candidates else None
+
+
+def _configured_source() -> str | None:
+    configured = getattr(settings, "OPENSQUILLA_SOURCE_DB", None)
+    return str(Path(configured).expanduser().resolve()) if configured else None
+
+
+def mirror_states() -> list[dict[str, Any]]:
+    """One dict per followed source (plus a configured source no follower has started):
+
+    ``source`` (path), ``workspace``, ``status`` (ok/importing/warning/failing/stopped),
+    ``healthy`` (bool), ``phase`` (starting/importing/following), ``heartbeat_at``,
+    ``last_sync_at`` (last pass that caught up), ``last_change_at`` (last pass that applied
+    rows), ``lag_ms`` (upstream stamp of the newest applied row to our commit, last change),
+    ``behind_ms`` (now - last_sync_at), ``lag_seconds`` (``lag_ms`` while healthy, else the
+    larger of it and ``behind_ms``: what /metrics and alerts read), ``checked_at`` (the
+    follower's last look at its source, = heartbeat), ``error``, ``error_code``, ``error_since``,
+    ``warning``, ``rows_applied``, ``sessions_gone``, ``receipts_gone``, ``follower`` (lease
+    holder). Times are epoch ms, None when unknown. One query.
+    """
+    now = now_ms()
+    sources = list(
+        MirrorSource.objects.annotate(
+            n_sessions_gone=_gone_count(MirroredSession),
+            n_receipts_gone=_gone_count(MirroredReceipt),
+        ).order_by("path")
+    )
+    states = [
+        {
+            "source": src.path,
+            "workspace": src.workspace,
+            "status": (status := _status(src, now)),
+            "healthy": status in HEALTHY_STATUSES,
+            "phase": src.phase,
+            "heartbeat_at": src.heartbeat_at or None,
+            "last_sync_at": src.last_sync_at,
+            "last_change_at": src.last_change_at,
+            "lag_ms": src.lag_ms,
+            "behind_ms": (behind := _behind(src, now)),
+            # For /metrics and alerts: the last change's lag while healthy; once stopped or
+            # failing, how long ago it last caught up (it grows until the mirror recovers).
+            "lag_seconds": _lag_seconds(src.lag_ms, behind, status),
+            "checked_at": src.heartbeat_at or None,
+            "error": src.error,
+            "error_code": src.error_code,
+            "error_since": src.error_since,
+            "warning": src.warning,
+            "rows_applied": src.rows_applied,
+            "sessions_gone": getattr(src, "n_sessions_gone", 0) or 0,
+            "receipts_gone": getattr(src, "n_receipts_gone", 0) or 0,
+            "follower": src.lease_owner,
+        }
+        for src in sources
+    ]
+    configured = _configured_source()
+    if configured and configured not in {s["source"] for s in states}:
+        states.insert(0, _never_started(configured))
+    return states
+
+
+def _never_started(path: str) -> dict[str, Any]:
+    return {
+        "source": path,
+        "workspace": str(getattr(settings, "OPENSQUILLA_SOURCE_WORKSPACE", None) or ""),
+        "status": STOPPED,
+        "healthy": False,
+        "phase": "starting",
+        "heartbeat_at": None,
+        "last_sync_at": None,
+        "last_change_at": None,
+        "lag_ms": None,
+        "behind_ms": None,
+        "lag_seconds": None,
+        "checked_at": None,
+        "error": "OPENSQUILLA_SOURCE_DB is set but no follower has started "
+        "(run `manage.py run_mirror`, or `make run`)",
+        "error_code": "not_started",
+        "error_since": None,
+        "warning": "",
+        "rows_applied": 0,
+        "sessions_gone": 0,
+        "receipts_gone": 0,
+        "follower": "",
+    }
