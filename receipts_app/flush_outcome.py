@@ -22,7 +22,7 @@ from .flush import FlushStatus, classify_flush_receipt
 from .flush.status import RAW_ARCHIVE_PREFIX
 from .flush.types import ARCHIVED_RESULT_STATUSES
 from .models import MemoryDurableReceipt
-from .statuses import FLUSH_APPENDED
+from .statuses import FLUSH_APPENDED, REPAIR_ABANDONED, REPAIR_DONE, REPAIR_FAILED, REPAIR_RUNNING
 
 # What each classification means to an operator deciding whether memory is at risk.
 SAFETY_TEXT = {
@@ -39,10 +39,10 @@ REPAIR_TEXT = {
 }
 # Where the repair the flush asked for has got to, told by the row's current status.
 REPAIR_PROGRESS_TEXT = {
-    "repair_running": "The raw archive is being repaired now.",
-    "repair_done": "The raw archive has since been repaired into memory.",
-    "repair_failed": "The last repair attempt failed; requeue to try again.",
-    "repair_abandoned": "Repair gave up after four attempts; requeue to try again.",
+    REPAIR_RUNNING: "The raw archive is being repaired now.",
+    REPAIR_DONE: "The raw archive has since been repaired into memory.",
+    REPAIR_FAILED: "The last repair attempt failed; requeue to try again.",
+    REPAIR_ABANDONED: "Repair gave up after four attempts; requeue to try again.",
 }
 
 

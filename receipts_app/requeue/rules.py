@@ -70,12 +70,8 @@ def find_superseding_checkpoint(receipt: Receipt) -> MemoryDurableReceipt | None
     )
 
 
-def checkpoint_fence(receipt: Receipt) -> str | None:
-    """Why a checkpoint cannot be retaken for the row's generation, or None when it can."""
-    return _fence_reason(receipt, live_session_id(receipt.session_key))
-
-
 def _fence_reason(receipt: Receipt, live: str | None) -> str | None:
+    """Why a checkpoint cannot be retaken for the row's generation, or None when it can."""
     if live is None:
         return "fenced: session was deleted"
     if live != receipt.session_id:
