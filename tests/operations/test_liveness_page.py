@@ -132,3 +132,19 @@ def test_liveness_refresh_fragment_and_query_count(viewer, fs_broker):
 def test_the_nav_links_to_liveness(viewer, fs_broker):
     html = viewer.get(reverse("receipts:overview")).content.decode()
     assert f'href="{URL}"' in html
+
+
+def test_the_live_mirror_shows_on_liveness_and_in_metrics(viewer, fs_broker, read_token):
+    from receipts_app.mirror.models import MirrorSource
+
+    now = timeutil.now_ms()
+    MirrorSource.objects.create(
+        path="/srv/opensquilla/sessions.db", phase="following", heartbeat_at=now, lag_ms=2500
+    )
+    html = viewer.get(URL).content.decode()
+    assert "/srv/opensquilla/sessions.db" in html
+    assert "No mirror is running" not in html
+    metrics = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {read_token}")
+    assert 'opensquilla_mirror_lag_seconds{source="/srv/opensquilla/sessions.db"}' in (
+        metrics.content.decode()
+    )
