@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from opensquilla_site.celery import app as celery_app
 from receipts_app.models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
 from sessions_app.services import append_message
 from tests.factories import make_receipt, make_session, make_user
@@ -137,8 +138,11 @@ def test_every_page_fits_at_both_widths_for_every_role(browser, live_server, scr
             context.close()
 
 
-def test_buttons_work_on_odd_ids(browser, live_server, settings, screenshot):
-    settings.CELERY_TASK_ALWAYS_EAGER = False  # nothing runs the queued work: only the console
+def test_buttons_work_on_odd_ids(browser, live_server, settings, screenshot, monkeypatch):
+    # Nothing runs the queued work: only the console. Celery read Django's settings once, at
+    # its first use in this test run, so its own conf is switched too.
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    monkeypatch.setitem(celery_app.conf, "task_always_eager", False)
     data = _seed()
     base = live_server.url
     for width in WIDTHS:
