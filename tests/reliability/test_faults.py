@@ -338,6 +338,8 @@ def test_a_dropped_database_connection_is_a_clean_error_then_recovers(persistent
     make_session("agent:main:webchat:db", messages=1)
     # Persistent connections are where a restart bites: the process keeps a dead socket.
     monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 600 if persistent else 0)
+    # A connection takes its lifetime when it opens (kept by default now): reopen under this one.
+    connection.close()
     web = httpx.Client(
         transport=httpx.WSGITransport(app=application),
         base_url="http://testserver",
