@@ -193,11 +193,15 @@ def test_a_follower_killed_mid_sync_and_restarted_loses_and_duplicates_nothing(
     expected = source(db)
 
     def converged() -> bool:
-        return ours()["receipts"] == expected["receipts"] and (
-            ours()["entry_ids"] == expected["entry_ids"]
+        # rows are committed batch by batch; the pass records its import event (and marks the
+        # initial sync done) in its own transaction after the last batch, so wait for that too
+        return (
+            ours()["receipts"] == expected["receipts"]
+            and ours()["entry_ids"] == expected["entry_ids"]
+            and MirrorSource.objects.filter(initial_sync_done=True).exists()
         )
 
-    wait_until(converged, "every receipt and message exactly once")
+    wait_until(converged, "every receipt and message exactly once, and the initial sync recorded")
     assert TranscriptEntry.objects.count() == expected["entries"]
     assert MemoryDurableReceipt.objects.count() == len(expected["receipts"])
     assert ReceiptEvent.objects.filter(action="import").count() == 1
