@@ -40,10 +40,14 @@ PAGES = {
     "status_tab_repair_pending": "/receipts/?status=repair_pending",
     "filtered_agent_scope": "/receipts/?agent=support&scope=flush",
     "filtered_agent_status": "/receipts/?agent=ops&status=repair_failed",
+    # issue 13: a Prometheus scrape (target < 100 ms at 1M receipts), read here as the
+    # logged-in admin (same view and queries as a Bearer-token scrape)
+    "metrics_scrape": "/metrics",
 }
 TARGETS = {
     "coverage_p50_ms": 2.0,
     "page_p50_ms": {"postgres": 50.0, "sqlite": 100.0},
+    "metrics_scrape_p50_ms": 100.0,
     "growth_max": 2.0,
     "dry_run_s": 2.0,
     "execute_s": 60.0,

@@ -10,8 +10,12 @@ from __future__ import annotations
 import uuid
 
 from django.db import models
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
 
 from opensquilla_site.timeutil import now_ms
+
+from .statuses import REPAIR_QUEUE_STATUSES
 
 
 def new_receipt_id() -> str:
@@ -125,6 +129,15 @@ class MemoryDurableReceipt(models.Model):
             # (source_path = p OR target_path = p: one index per column).
             models.Index(fields=["source_path"], name="idx_mdr_source_path"),
             models.Index(fields=["target_path"], name="idx_mdr_target_path"),
+            # Since when each agent's oldest due repair has been due (/metrics, alerts,
+            # liveness): one probe per agent at any ledger size. Partial, so only rows in the
+            # repair queue pay for it (operations_app/ledger_state.py spells the same WHERE).
+            models.Index(
+                F("agent_id"),
+                Coalesce(F("next_retry_at_ms"), F("created_at")),
+                name="idx_mdr_repair_due",
+                condition=Q(status__in=REPAIR_QUEUE_STATUSES),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -102,6 +102,22 @@ def test_the_hash_mismatch_heuristic_reads_only_the_thousand_most_recent_rows():
     assert (safety["status"], safety["rowsChecked"], safety["hashMismatchCount"]) == ("ok", 1000, 0)
 
 
+def test_the_window_is_the_agents_own_prefix_and_leaves_its_subagents_out():
+    """Upstream reads the newest rows under ``agent:<id>:``; a subagent's rows share the
+    agent_id column but not that prefix, so they neither count nor take a place in the
+    window."""
+    make_receipt(
+        session_key="subagent:agent:main:subagent:r1",
+        status="flush_appended",
+        reason="hash mismatch on reread",
+    )
+    make_receipt(session_key=MAIN, status="flush_appended", reason="hash mismatch on reread")
+    make_receipt(session_key=MAIN, status="flush_appended")
+    safety = memory_health("main")["memorySafety"]
+    assert (safety["rowsChecked"], safety["hashMismatchCount"]) == (2, 1)
+    assert memory_health(None)["memorySafety"]["rowsChecked"] == 3
+
+
 def test_a_failed_checkpoint_does_not_age_out_of_memory_safety():
     # Upstream forgets it after 1000 newer rows; here it stays at risk until it is resolved.
     old = make_receipt(session_key=MAIN, status="checkpoint_failed", created_at=now_ms() - DAY_MS)
