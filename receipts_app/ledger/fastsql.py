@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from functools import cache, lru_cache
 from typing import Any
 
 from django.db import connection
 from django.db.models import Field
+
+from opensquilla_site.prepared_sql import cursor, execute, is_postgres
 
 from ..audit import current_actor
 from ..models import MemoryDurableReceipt, ReceiptEvent
@@ -84,52 +85,6 @@ def write_values(values: dict[str, Any]) -> list[Any]:
 
 def to_model(row: Sequence[Any]) -> MemoryDurableReceipt:
     return MemoryDurableReceipt.from_db(connection.alias, READ_COLUMNS, row[: len(READ_COLUMNS)])
-
-
-_EXPLICIT_PREPARE_ONLY = 2**31 - 1
-
-
-def is_postgres() -> bool:
-    return connection.vendor == "postgresql"
-
-
-@lru_cache(maxsize=512)
-def _qmark(sql: str) -> str:
-    # What Django's SQLite cursor does to every query (our SQL has no literal "%"), done once.
-    return sql.replace("%s", "?")
-
-
-@contextmanager
-def cursor() -> Iterator[Any]:
-    """A cursor for these statements, with Django's error translation (IntegrityError, …).
-
-    PostgreSQL: a server-side-binding psycopg cursor on Django's connection, so statements can
-    be prepared (Django's own cursors bind on the client and never prepare). SQLite: the
-    sqlite3 cursor under Django's, so ``execute`` skips the per-call placeholder rewrite.
-    """
-    if not is_postgres():
-        with connection.cursor() as wrapper, connection.wrap_database_errors:
-            yield wrapper.cursor
-        return
-    import psycopg
-
-    connection.ensure_connection()
-    connection.validate_no_broken_transaction()
-    pg = connection.connection
-    if pg.prepare_threshold is None:
-        # Django connects with prepared statements off (prepare_threshold=None), and psycopg
-        # then ignores prepare=True. A threshold no query reaches turns on only the explicit
-        # preparing of these fixed statements; Django's own queries stay unprepared.
-        pg.prepare_threshold = _EXPLICIT_PREPARE_ONLY
-    with connection.wrap_database_errors, psycopg.Cursor(pg) as cur:
-        yield cur
-
-
-def execute(cur: Any, sql: str, params: Sequence[Any]) -> None:
-    if is_postgres():
-        cur.execute(sql, params, prepare=True)
-    else:
-        sqlite3.Cursor.execute(cur, _qmark(sql), params)
 
 
 def _actor_params() -> list[Any]:
