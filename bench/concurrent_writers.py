@@ -126,11 +126,11 @@ def in_process_put(token: str, calls: int) -> dict:
     }
 
 
-def summary(values: list[float]) -> dict:
+def summary(values: list[float], digits: int = 1) -> dict:
     return {
-        "median": round(statistics.median(values), 1),
-        "min": round(min(values), 1),
-        "max": round(max(values), 1),
+        "median": round(statistics.median(values), digits),
+        "min": round(min(values), digits),
+        "max": round(max(values), digits),
     }
 
 
@@ -192,7 +192,7 @@ def main() -> None:
         "rounds": rounds,
         "reference_rate": summary([r["reference"]["rate"] for r in rounds]),
         "ours_rate": summary([r["ours"]["rate"] for r in rounds]),
-        "ratio": summary([r["ratio"] for r in rounds]),
+        "ratio": summary([r["ratio"] for r in rounds], digits=2),
         "targets": {"ratio_min": 5.0, "in_process_put_p50_ms": 2.0},
     }
     djbench.emit(

@@ -29,6 +29,7 @@ from ..counts import CountRow, per_column, receipt_counts
 from ..failure_groups import fingerprint_reason as fingerprint_reason
 from ..ledger import literal_prefix
 from ..ledger.triggers import GROUPS, INBOX
+from ..mirror.models import MirroredReceipt, MirroredSession
 from ..models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
 from ..statuses import FAILURE_STATUSES
 
@@ -481,3 +482,28 @@ def session_checkpoints(session_key: str, *, limit: int = 50) -> list[MemoryDura
         .for_console()
         .order_by("-created_at", "-id")[:limit]
     )
+
+
+@dataclass(frozen=True)
+class UpstreamMark:
+    """Where a mirrored row came from, and whether the gateway has since deleted it there."""
+
+    source: str
+    gone_at: int | None
+    upstream_status: str = ""
+
+
+def upstream_marks_for_receipt(idempotency_key: str) -> list[UpstreamMark]:
+    """The live mirror's word on one receipt (one row per followed source; none if not
+    mirrored): gone upstream rows stay here, marked (docs/MIRROR.md)."""
+    rows = MirroredReceipt.objects.filter(idempotency_key=idempotency_key).values_list(
+        "source__path", "gone_at", "source_status"
+    )
+    return [UpstreamMark(path, gone, status) for path, gone, status in rows]
+
+
+def upstream_marks_for_session(session_key: str) -> list[UpstreamMark]:
+    rows = MirroredSession.objects.filter(session_key=session_key).values_list(
+        "source__path", "gone_at"
+    )
+    return [UpstreamMark(path, gone) for path, gone in rows]

@@ -15,6 +15,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from opensquilla_site.exceptions import ValidationFailed
 from sessions_app.selectors import get_session_or_404, page_sessions, page_transcript
 
+from .. import selectors as cs
 from ..helpers import HtmxHttpRequest, render_page
 
 VIEW_PERM = "sessions_app.view_session"
@@ -85,5 +86,6 @@ def session_detail(request: HtmxHttpRequest, session_key: str) -> HttpResponse:
         "entries": page.rows,
         "next_cursor": page.next_cursor,
         "collapse_chars": COLLAPSE_CHARS,
+        "upstream_marks": cs.upstream_marks_for_session(session.session_key),
     }
     return render_page(request, "console/session_detail.html", context)
