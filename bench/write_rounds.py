@@ -8,7 +8,10 @@ Sides (``--sides``):
 - ``after``:   this tree's ``receipts_app.ledger`` (Django), on SQLite or PostgreSQL;
 - ``before``:  the same ledger API of another checkout (``--before-tree``, e.g. a
                ``git worktree add /tmp/before <commit>``);
-- ``reference``: PyPI opensquilla 0.3.0 ``SessionStorage`` (aiosqlite), SQLite only;
+- ``reference``: PyPI opensquilla 0.3.0 ``SessionStorage`` (aiosqlite). It has no PostgreSQL
+               backend, so with ``--backend postgres`` it still writes its own SQLite file
+               (``synchronous`` as ``--sqlite-sync``): the issue's "ours on PostgreSQL against
+               the reference", at the reference's own default durability;
 - ``raw``:     the raw driver (sqlite3 / psycopg, prepared, one commit per call) running the
                bare upsert/update on this tree's schema: the floor any ORM-level code sits on.
 
@@ -338,8 +341,6 @@ def main() -> None:
     sides = [s.strip() for s in args.sides.split(",") if s.strip()]
     if "before" in sides and not args.before_tree:
         parser.error("--sides before needs --before-tree")
-    if args.backend == "postgres" and "reference" in sides:
-        sides.remove("reference")  # the reference only runs SQLite; compare with --backend sqlite
     env = dict(os.environ)
     env.pop("DATABASE_URL", None)
     env["OPENSQUILLA_SQLITE_SYNCHRONOUS"] = args.sqlite_sync  # this tree's setting
