@@ -26,6 +26,7 @@ from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Substr
 
 from opensquilla_site.exceptions import GenerationChanged
+from opensquilla_site.prepared_sql import write_transaction
 from opensquilla_site.timeutil import now_ms
 from sessions_app.keys import agent_id_for_session_key, canonicalize_session_key
 from sessions_app.models import Session
@@ -110,9 +111,11 @@ def upsert_memory_durable_receipt(
     if expected_session_id is None and fastsql.is_postgres():
         # One statement (write + audit) is a transaction on its own: no BEGIN/COMMIT trips.
         return fastsql.upsert(row, stamp)
+    if expected_session_id is None:
+        with write_transaction():
+            return fastsql.upsert(row, stamp)
     with transaction.atomic():
-        if expected_session_id is not None:
-            _check_generation_fence(row["session_key"], row["session_id"], expected_session_id)
+        _check_generation_fence(row["session_key"], row["session_id"], expected_session_id)
         return fastsql.upsert(row, stamp)
 
 
@@ -156,7 +159,7 @@ def update_memory_durable_receipt(receipt_id: str, /, **fields: Any) -> MemoryDu
         # One statement: lock, update, audit.
         row = fastsql.update(receipt_id, fields, stamp)
     else:
-        with transaction.atomic():
+        with write_transaction():
             row = fastsql.update(receipt_id, fields, stamp)
     if row is None:
         raise KeyError(f"Memory durable receipt not found: {receipt_id}")
