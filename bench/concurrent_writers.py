@@ -12,7 +12,14 @@ Before the rounds, the in-process figure: ``PUT /api/v1/receipts`` through Djang
 ``Client`` in this process on a kept PostgreSQL connection (p50 of ``--inprocess`` calls;
 target <= 2 ms). Targets: ours >= 5x the reference's rate of the same round.
 
+A third side, ``ours_threads`` (``--threads 16``): 16 threads in this process writing through
+``receipts_app.ledger`` on their own kept connections, no HTTP: the reference's in-process
+shape. PostgreSQL's ``commit_delay`` is measured by running the whole benchmark again with
+``PGOPTIONS='-c commit_delay=200 -c commit_siblings=4'`` (libpq passes it to every connection,
+gunicorn's included; setting it needs a superuser, as the local ``postgres`` role is).
+
     .venv/bin/python bench/concurrent_writers.py [--rounds 3] [--seconds 10] [--connections 16]
+        [--threads 16] [--name concurrent_writers]
 """
 
 from __future__ import annotations
@@ -95,6 +102,52 @@ def ours_round(url: str, lua: Path, seconds: int, connections: int) -> dict:
     }
 
 
+def threads_round(threads: int, seconds: float) -> dict:
+    """``threads`` Python threads, each on its own kept PostgreSQL connection, upserting new
+    receipts through ``receipts_app.ledger`` for ``seconds``: ours at the ledger's level, the
+    shape of the reference's in-process tasks (no HTTP). Commits are the database's to share
+    (PostgreSQL's group commit; ``commit_delay`` through PGOPTIONS, see --help)."""
+    import threading
+
+    from django.db import connection
+
+    from receipts_app import ledger
+    from receipts_app.models import MemoryDurableReceipt
+
+    done = [0] * threads
+    stop = time.perf_counter() + seconds
+    run = time.time_ns()
+
+    def writer(tid: int) -> None:
+        n = 0
+        try:
+            while time.perf_counter() < stop:
+                n += 1
+                s = n % 500
+                ledger.upsert_memory_durable_receipt(
+                    MemoryDurableReceipt(
+                        session_key=f"agent:main:thr-{s}",
+                        session_id=f"sid-{s}",
+                        scope="checkpoint",
+                        status="checkpoint_saved",
+                        idempotency_key=f"thr:{run}:{tid}:{n}",
+                        coverage_entry_count=n % 200,
+                    )
+                )
+                done[tid] += 1
+        finally:
+            connection.close()
+
+    t0 = time.perf_counter()
+    workers = [threading.Thread(target=writer, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    wall = time.perf_counter() - t0
+    return {"rate": round(sum(done) / wall, 1), "writes": sum(done)}
+
+
 def in_process_put(token: str, calls: int) -> dict:
     """``PUT /api/v1/receipts`` through the test Client, kept connection: server time."""
     from django.test import Client
@@ -141,6 +194,13 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--gunicorn-workers", type=int, default=4)
     parser.add_argument("--inprocess", type=int, default=2000)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=16,
+        help="also run this many in-process ledger writer threads per round (0: skip)",
+    )
+    parser.add_argument("--name", default="concurrent_writers", help="var/bench/<name>.json")
     args = parser.parse_args()
     if not REF_PYTHON.exists():
         raise SystemExit(f"no reference venv at {REF_PYTHON}: run bash bench/reference_venv.sh")
@@ -163,21 +223,30 @@ def main() -> None:
         base = f"http://127.0.0.1:{port}"
         run_wrk(base, duration=2, connections=args.connections, extra=["-s", str(lua)])  # warm
         for n in range(args.rounds):
-            order = ["reference", "ours"] if n % 2 == 0 else ["ours", "reference"]
+            order = ["reference", "ours"] + (["ours_threads"] if args.threads else [])
+            order = order[n % len(order) :] + order[: n % len(order)]  # rotate
             this = {}
             for side in order:
                 if side == "reference":
                     this[side] = reference_round(args.seconds)
+                elif side == "ours_threads":
+                    this[side] = threads_round(args.threads, args.seconds)
                 else:
                     this[side] = ours_round(base, lua, args.seconds, args.connections)
                 djbench.emit(f"round {n + 1} {side:10s} {this[side]}")
             this["ratio"] = round(this["ours"]["rate"] / this["reference"]["rate"], 2)
+            if args.threads:
+                this["ratio_threads"] = round(
+                    this["ours_threads"]["rate"] / this["reference"]["rate"], 2
+                )
             rounds.append(this)
     from django.db import connection
 
     with connection.cursor() as cur:
         cur.execute("SHOW synchronous_commit")
         sync = cur.fetchone()[0]
+        cur.execute("SHOW commit_delay")
+        commit_delay = cur.fetchone()[0]
     result = {
         "machine": wl.machine_info(),
         "versions": djbench.versions(),
@@ -187,19 +256,34 @@ def main() -> None:
             "reference_tasks": REFERENCE_TASKS,
             "seconds": args.seconds,
             "durability": {"ours": f"synchronous_commit={sync}", "reference": "SQLite FULL"},
+            "commit_delay": commit_delay,
+            "threads": args.threads,
         },
         "in_process_put": inproc,
         "rounds": rounds,
         "reference_rate": summary([r["reference"]["rate"] for r in rounds]),
         "ours_rate": summary([r["ours"]["rate"] for r in rounds]),
         "ratio": summary([r["ratio"] for r in rounds], digits=2),
+        **(
+            {
+                "ours_threads_rate": summary([r["ours_threads"]["rate"] for r in rounds]),
+                "ratio_threads": summary([r["ratio_threads"] for r in rounds], digits=2),
+            }
+            if args.threads
+            else {}
+        ),
         "targets": {"ratio_min": 5.0, "in_process_put_p50_ms": 2.0},
     }
     djbench.emit(
         f"reference {result['reference_rate']} writes/s, ours {result['ours_rate']} writes/s, "
         f"ours/reference {result['ratio']} (target >= 5)"
     )
-    path = wl.write_result("concurrent_writers", result)
+    if args.threads:
+        djbench.emit(
+            f"ours, {args.threads} ledger threads: {result['ours_threads_rate']} writes/s, "
+            f"ours/reference {result['ratio_threads']}"
+        )
+    path = wl.write_result(args.name, result)
     print(f"wrote {path}")
 
 
