@@ -126,7 +126,12 @@ _GROUPS_SQL = (
     # One query: the pending count always comes back, even with no group row.
     "SELECT p.pending, g.scope, g.status, g.fingerprint, g.count, g.first_seen, g.last_seen, "  # noqa: S608
     "g.sample_receipt_id, g.total_groups, g.failures "
-    f"FROM (SELECT COUNT(*) AS pending FROM (SELECT 1 FROM {INBOX} LIMIT {PENDING_CAP + 1}) "
+    # In id order, so PostgreSQL walks the primary key: the inbox is a queue (beat folds and
+    # deletes it), and until VACUUM a sequential scan re-reads every deleted row on every render
+    # (10 ms after 300,000 folded failures at 5M receipts); index entries of deleted rows are
+    # marked dead on the first pass and skipped after it (1.7 ms).
+    f"FROM (SELECT COUNT(*) AS pending FROM (SELECT 1 FROM {INBOX} ORDER BY id "
+    f"LIMIT {PENDING_CAP + 1}) "
     "AS i) AS p LEFT JOIN ("
     "SELECT id, scope, status, fingerprint, count, first_seen, last_seen, sample_receipt_id, "
     "COUNT(*) OVER () AS total_groups, SUM(count) OVER () AS failures "
