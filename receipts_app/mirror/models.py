@@ -67,7 +67,11 @@ class MirroredSession(models.Model):
                 fields=["source", "session_key"], name="mirror_session_source_key_uniq"
             )
         ]
-        indexes = [models.Index(fields=["source", "gone_at"], name="mirror_session_gone")]
+        indexes = [
+            models.Index(fields=["source", "gone_at"], name="mirror_session_gone"),
+            # The session page's "mirrored / gone upstream" mark looks a key up across sources.
+            models.Index(fields=["session_key"], name="mirror_session_key"),
+        ]
 
     def __str__(self) -> str:
         return self.session_key
