@@ -95,6 +95,15 @@ def render_fragment(
     return render(request, f"{template}#{partial}", context, status=status)
 
 
+# The longest operator note an action keeps (the audit event's reason).
+NOTE_MAX_CHARS = 2000
+
+
+def operator_note(request: HtmxHttpRequest, field: str = "reason") -> str:
+    """The operator's optional note on an action, as the timeline and audit log show it."""
+    return request.POST.get(field, "").strip()[:NOTE_MAX_CHARS]
+
+
 def outcome_text(outcome: object, message: str) -> str:
     """ "stale: status is now …", never "stale: stale: …": the services' messages often
     start with their outcome already."""

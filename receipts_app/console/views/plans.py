@@ -27,6 +27,7 @@ from ..helpers import (
     console_actor,
     console_view,
     int_param,
+    operator_note,
     render_error,
     render_fragment,
     render_page,
@@ -38,10 +39,6 @@ PROGRESS_FRAGMENT = "plan-progress"
 # The operator's note on a plan. Not "reason": that is the list filter's reason text, and
 # the plan form carries the whole filter beside it.
 NOTE_FIELD = "note"
-
-
-def _note(request: HtmxHttpRequest) -> str:
-    return request.POST.get(NOTE_FIELD, "").strip()[:2000]
 
 
 @require_POST
@@ -66,7 +63,7 @@ def plan_create(request: HtmxHttpRequest) -> HttpResponse:
         filters=receipt_filter.to_params() if all_matching else {},
         receipt_ids=None if all_matching else selected,
         actor=console_actor(request),
-        reason=_note(request),
+        reason=operator_note(request, NOTE_FIELD),
     )
     return redirect(reverse("receipts:plan_detail", args=[plan.plan_id]))
 
@@ -99,7 +96,7 @@ def plan_from_group(request: HtmxHttpRequest) -> HttpResponse:
         filters={"status": status, "scope": scope},
         receipt_ids=ids,
         actor=console_actor(request),
-        reason=_note(request),
+        reason=operator_note(request, NOTE_FIELD),
     )
     return redirect(reverse("receipts:plan_detail", args=[plan.plan_id]))
 

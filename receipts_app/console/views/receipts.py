@@ -36,6 +36,7 @@ from ..helpers import (
     can_operate,
     console_actor,
     int_param,
+    operator_note,
     outcome_text,
     render_error,
     render_fragment,
@@ -226,11 +227,6 @@ def _after_action(
     return trigger_client_event(response, CHANGED_EVENT, {"receipt_id": receipt_id})
 
 
-def _reason(request: HtmxHttpRequest) -> str:
-    """The operator's optional note on an action, as the timeline and audit log show it."""
-    return request.POST.get("reason", "").strip()[:2000]
-
-
 @require_POST
 @_console_view(VIEW_PERM, OPERATE_PERM)
 def receipt_requeue(request: HtmxHttpRequest, receipt_id: str) -> HttpResponse:
@@ -241,7 +237,7 @@ def receipt_requeue(request: HtmxHttpRequest, receipt_id: str) -> HttpResponse:
     result = requeue_receipt(
         receipt_id=receipt_id,
         actor=console_actor(request),
-        reason=_reason(request),
+        reason=operator_note(request),
         expected_status=expected_status,
         expected_updated_at=expected_updated_at,
     )
@@ -260,7 +256,7 @@ def receipt_acknowledge(request: HtmxHttpRequest, receipt_id: str) -> HttpRespon
         result = acknowledge_receipt(
             receipt_id=receipt_id,
             actor=console_actor(request),
-            reason=_reason(request),
+            reason=operator_note(request),
             expected_status=expected_status,
             expected_updated_at=expected_updated_at,
         )
