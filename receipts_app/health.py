@@ -57,13 +57,24 @@ def _in(statuses: Sequence[str]) -> str:
     return "(" + ", ".join(f"'{s}'" for s in statuses) + ")"
 
 
-# Upstream's text heuristic in SQL: a hash mismatch named in the status or reason, resolved
-# rows and the error statuses (counted on their own) excluded. ``%%`` is a literal ``%``.
-_TEXT = "LOWER(status || ' ' || COALESCE(reason, ''))"
-_HASH_MISMATCH_SQL = (
-    f"status NOT IN {_in(RESOLVED_STATUSES + MEMORY_SAFETY_ERROR_STATUSES)} AND "
-    f"({_TEXT} LIKE '%%hash!_mismatch%%' ESCAPE '!' OR {_TEXT} LIKE '%%hash mismatch%%')"
-)
+def hash_mismatch_predicate(percent: str = "%%") -> str:
+    """Upstream's text heuristic in SQL: a hash mismatch named in the status or reason, resolved
+    rows and the error statuses (counted on their own) excluded.
+
+    It is also the WHERE of the partial index ``idx_mdr_hash_mismatch`` (migration 0012, which
+    froze this text with ``percent="%"``): both planners use a partial index only when the
+    query repeats its condition term for term, so a change here needs a migration that
+    re-creates the index (``test_health`` checks the two still agree).
+    """
+    text = "LOWER(status || ' ' || COALESCE(reason, ''))"
+    return (
+        f"status NOT IN {_in(RESOLVED_STATUSES + MEMORY_SAFETY_ERROR_STATUSES)} AND "
+        f"({text} LIKE '{percent}hash!_mismatch{percent}' ESCAPE '!' "
+        f"OR {text} LIKE '{percent}hash mismatch{percent}')"
+    )
+
+
+_HASH_MISMATCH_SQL = hash_mismatch_predicate()
 
 
 def _filter(agent_id: str | None, statuses: tuple[str, ...]) -> ReceiptFilter:
@@ -74,7 +85,7 @@ def _filter(agent_id: str | None, statuses: tuple[str, ...]) -> ReceiptFilter:
 class _Sample:
     """What one agent's health reads from its rows (beyond the counts)."""
 
-    checked: int = 0
+    checked: int | None = None  # None: not counted (the caller did not ask)
     mismatched: list[tuple[int, int, str]] = field(default_factory=list)
     at_risk: list[tuple[int, int, str]] = field(default_factory=list)
     oldest_queued: int | None = None
@@ -92,9 +103,13 @@ def _by_status(rows: Sequence[CountRow], agent_id: str | None, statuses: tuple[s
     return {s: out[s] for s in statuses if out.get(s)}
 
 
-def _window_sql(agent: str | None) -> str:
+def _window_sql(agent: str | None, gated: bool) -> str:
     """The agent's ``SAMPLE_LIMIT`` newest rows, in an order only its ``(agent_id, created_at,
     id)`` index gives, so the plan is a bounded backward index scan at any ledger size.
+
+    ``gated``: read the window only when some row of the agent matches the heuristic at all
+    (the overview, which shows the findings but not how many rows were checked); a ledger with
+    no such row then costs one index probe per agent instead of ``SAMPLE_LIMIT`` heap rows.
 
     Upstream's window is the newest rows under the literal ``agent:<id>:`` prefix. Of the rows
     with this ``agent_id`` only subagent keys (``subagent:agent:<id>:…``) lack that prefix, so
@@ -104,12 +119,30 @@ def _window_sql(agent: str | None) -> str:
     ``_in_prefix`` still checks the literal prefix on the window's rows.
     """
     columns = "receipt_id, status, reason, created_at, id, session_key"
+    gate = f" AND {_any_mismatch_sql(agent)}" if gated else ""
     if agent is None:
-        return f"SELECT {columns} FROM {T} ORDER BY created_at DESC, id DESC LIMIT {SAMPLE_LIMIT}"
+        return (
+            f"SELECT {columns} FROM {T} WHERE 1 = 1{gate} "
+            f"ORDER BY created_at DESC, id DESC LIMIT {SAMPLE_LIMIT}"
+        )
     return (
-        f"SELECT {columns} FROM {T} WHERE agent_id = %s AND session_key NOT LIKE 'subagent:%%' "
-        f"ORDER BY agent_id DESC, created_at DESC, id DESC LIMIT {SAMPLE_LIMIT}"
+        f"SELECT {columns} FROM {T} WHERE agent_id = %s AND session_key NOT LIKE 'subagent:%%'"
+        f"{gate} ORDER BY agent_id DESC, created_at DESC, id DESC LIMIT {SAMPLE_LIMIT}"
     )
+
+
+def _any_mismatch_sql(agent: str | None) -> str:
+    """True when any of the agent's rows (at any age) matches the heuristic: a probe of the
+    partial index ``idx_mdr_hash_mismatch``, which holds only such rows. Uncorrelated, so both
+    planners evaluate it once, before the window's scan, and skip the scan when it is false."""
+    agent_where = "" if agent is None else "agent_id = %s AND "
+    return f"EXISTS (SELECT 1 FROM {T} WHERE {agent_where}{_HASH_MISMATCH_SQL})"
+
+
+def _window_params(agent: str | None, gated: bool) -> list[Any]:
+    if agent is None:
+        return []
+    return [agent, agent] if gated else [agent]
 
 
 def _in_prefix(agent: str | None) -> str:
@@ -123,10 +156,13 @@ def _prefix_params(agent: str | None) -> list[Any]:
     return [len(prefix), prefix]
 
 
-def _read_samples(agents: Sequence[str | None], rows: Sequence[CountRow]) -> list[_Sample]:
+def _read_samples(
+    agents: Sequence[str | None], rows: Sequence[CountRow], *, count_checked: bool
+) -> list[_Sample]:
     """One statement for every agent (None: the whole ledger):
     - the hash-mismatch window: of the agent's ``SAMPLE_LIMIT`` newest rows under its literal
-      key prefix (as upstream reads them), how many were checked and which match;
+      key prefix (as upstream reads them), which match and (``count_checked``) how many were
+      checked; without the count, the window is read only when the agent has a match at all;
     - the first ``SAMPLE_IDS`` at-risk rows, when the counts say there are any;
     - the oldest queued ``created_at``: one index probe per (agent, queued status) with rows.
     """
@@ -138,19 +174,21 @@ def _read_samples(agents: Sequence[str | None], rows: Sequence[CountRow]) -> lis
     parts: list[str] = []
     params: list[Any] = []
     for index, agent in enumerate(agents):
-        ctes.append(f"w{index} AS ({_window_sql(agent)})")
-        cte_params += [] if agent is None else [agent]
+        gated = not count_checked
+        ctes.append(f"w{index} AS ({_window_sql(agent, gated)})")
+        cte_params += _window_params(agent, gated)
         parts.append(
             "SELECT 'm' AS kind, %s AS idx, receipt_id, created_at, id "
             f"FROM w{index} WHERE {_in_prefix(agent)}{_HASH_MISMATCH_SQL}"
         )
         params += [index, *_prefix_params(agent)]
-        parts.append(
-            "SELECT 'n', %s, NULL, "
-            f"(SELECT COUNT(*) FROM w{index} WHERE {_in_prefix(agent)}1 = 1), "
-            "CAST(NULL AS BIGINT)"
-        )
-        params += [index, *_prefix_params(agent)]
+        if count_checked:
+            parts.append(
+                "SELECT 'n', %s, NULL, "
+                f"(SELECT COUNT(*) FROM w{index} WHERE {_in_prefix(agent)}1 = 1), "
+                "CAST(NULL AS BIGINT)"
+            )
+            params += [index, *_prefix_params(agent)]
         mine = _rows_of(rows, agent)
         if any(r.status in MEMORY_SAFETY_ERROR_STATUSES for r in mine):
             agent_where = "" if agent is None else "agent_id = %s AND "
@@ -197,7 +235,7 @@ def _memory_safety(agent_id: str | None, rows: Sequence[CountRow], sample: _Samp
         "errorCount": count,
         "errorStatuses": by_status,
         "sampleReceiptIds": (samples + mismatched)[:SAMPLE_IDS],
-        "rowsChecked": sample.checked,
+        "rowsChecked": sample.checked,  # None when the caller did not ask
         "filter": at_risk.to_params(),
         # Exactly the rows named, by id: no filter parameter expresses the text heuristic.
         "hashMismatchCount": len(mismatched),
@@ -234,12 +272,20 @@ def _terminal_repairs(agent_id: str | None, rows: Sequence[CountRow]) -> dict[st
 
 
 def health_for(
-    agents: Sequence[str | None], rows: Sequence[CountRow] | None = None, *, now: int
+    agents: Sequence[str | None],
+    rows: Sequence[CountRow] | None = None,
+    *,
+    now: int,
+    count_checked: bool = True,
 ) -> list[dict[str, Any]]:
     """Health of each agent (None: every agent together): the counts (skipped when ``rows``
-    is given) and one statement, whatever the number of agents."""
+    is given) and one statement, whatever the number of agents.
+
+    ``count_checked=False`` leaves ``rowsChecked`` None and, in exchange, reads an agent's
+    window only when it has a heuristic match at all: the same findings for a page that does
+    not show the count."""
     rows = receipt_counts() if rows is None else rows
-    samples = _read_samples(agents, rows)
+    samples = _read_samples(agents, rows, count_checked=count_checked)
     return [
         {
             "agentId": agent,
@@ -259,10 +305,13 @@ def memory_health(agent_id: str | None = None, *, now_ms: int | None = None) -> 
 
 
 def health_by_agent(
-    rows: Sequence[CountRow] | None = None, *, now_ms: int | None = None
+    rows: Sequence[CountRow] | None = None,
+    *,
+    now_ms: int | None = None,
+    count_checked: bool = True,
 ) -> list[dict[str, Any]]:
     """Health for every agent that has rows in the ledger, sorted by agent id."""
     now = now_ms if now_ms is not None else timeutil.now_ms()
     rows = receipt_counts() if rows is None else rows
     agents = sorted({r.agent_id for r in rows if r.agent_id})
-    return health_for(agents, rows, now=now)
+    return health_for(agents, rows, now=now, count_checked=count_checked)

@@ -179,3 +179,82 @@ def test_health_by_agent_lists_every_agent_in_the_ledger():
         ("main", "ok"),
         ("ops", "error"),
     ]
+
+
+# --- the overview's gated window: same findings, without the count ---------------------------
+
+
+def _without_count(item: dict) -> dict:
+    safety = {k: v for k, v in item["memorySafety"].items() if k != "rowsChecked"}
+    return {**item, "memorySafety": safety}
+
+
+def _both_ways() -> tuple[list[dict], list[dict]]:
+    now = now_ms()
+    counted = health_by_agent(now_ms=now)
+    gated = health_by_agent(now_ms=now, count_checked=False)
+    return counted, gated
+
+
+def test_without_the_count_health_finds_a_mismatch_in_the_window_as_before():
+    row = make_receipt(session_key=MAIN, status="repair_done", reason="Hash mismatch on reread")
+    make_receipt(session_key=OPS, status="flush_appended")
+    counted, gated = _both_ways()
+    assert [_without_count(item) for item in counted] == [_without_count(i) for i in gated]
+    main = next(item for item in gated if item["agentId"] == "main")["memorySafety"]
+    assert (main["status"], main["hashMismatchCount"], main["rowsChecked"]) == ("error", 1, None)
+    assert main["sampleReceiptIds"] == [row.receipt_id]
+
+
+def test_without_the_count_a_mismatch_older_than_the_window_still_does_not_count():
+    make_receipt(
+        session_key=MAIN,
+        status="flush_appended",
+        reason="hash mismatch on reread",
+        created_at=now_ms() - DAY_MS,
+    )
+    _thousand_recent_flushes()
+    counted, gated = _both_ways()
+    assert [_without_count(item) for item in counted] == [_without_count(i) for i in gated]
+    assert gated[0]["memorySafety"]["status"] == "ok"
+
+
+def test_without_the_count_a_clean_ledger_is_ok_and_says_it_counted_nothing():
+    make_receipt(session_key=MAIN, status="flush_appended")
+    make_receipt(session_key=OPS, status="repair_done", reason="retried after a timeout")
+    counted, gated = _both_ways()
+    assert [_without_count(item) for item in counted] == [_without_count(i) for i in gated]
+    assert {i["memorySafety"]["status"] for i in gated} == {"ok"}
+    assert {i["memorySafety"]["rowsChecked"] for i in gated} == {None}
+    assert {i["memorySafety"]["rowsChecked"] for i in counted} == {1}
+
+
+def test_the_mismatch_index_repeats_the_heuristic_term_for_term():
+    """The partial index that lets the overview skip clean agents' windows is usable only while
+    health's query spells its WHERE exactly as the migration froze it."""
+    import importlib
+
+    from receipts_app.health import hash_mismatch_predicate
+
+    migration = importlib.import_module("receipts_app.migrations.0012_lighter_indexes")
+    assert migration.HASH_MISMATCH_WHERE == hash_mismatch_predicate("%")
+
+
+def test_the_planner_can_answer_the_gate_from_the_mismatch_index():
+    from django.db import connection
+
+    from receipts_app.health import _any_mismatch_sql
+
+    gate = _any_mismatch_sql("main")
+    with connection.cursor() as cur:
+        if connection.vendor == "postgresql":
+            cur.execute("SET LOCAL enable_seqscan = off")
+            cur.execute("SET LOCAL enable_bitmapscan = off")
+            cur.execute(f"EXPLAIN SELECT {gate}", ["main"])
+            plan = "\n".join(r[0] for r in cur.fetchall())
+            assert "idx_mdr_hash_mismatch" in plan, plan
+        else:
+            # INDEXED BY fails to prepare ("no query solution") unless the index is usable.
+            forced = gate.replace(" WHERE ", " INDEXED BY idx_mdr_hash_mismatch WHERE ", 1)
+            cur.execute(f"SELECT {forced}", ["main"])
+            assert cur.fetchone() == (0,)

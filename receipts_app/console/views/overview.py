@@ -24,7 +24,7 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
         "failure_statuses": FAILURE_STATUSES,
         "scope_counts": cs.counts_by("scope", rows),
         "agent_counts": cs.counts_by("agent_id", rows),
-        "health": health_by_agent(rows),
+        "health": health_by_agent(rows, count_checked=False),  # the page shows no count
         "failure_groups": cs.failure_groups(),
         "timeline": timeline,
         "bars": timeline.bars(),
