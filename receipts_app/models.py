@@ -185,8 +185,13 @@ class ReceiptEvent(models.Model):
             models.Index(fields=["created_at", "id"], name="idx_event_created"),
             models.Index(fields=["actor", "created_at"], name="idx_event_actor"),
             models.Index(fields=["surface", "action", "created_at"], name="idx_event_surface"),
-            # The audit log's plan filter and a plan's follow-up tally.
-            models.Index(fields=["plan_id", "created_at", "id"], name="idx_event_plan"),
+            # The audit log's plan filter and a plan's follow-up tally. Partial: most events
+            # belong to no plan, and a lookup by plan id implies one.
+            models.Index(
+                fields=["plan_id", "created_at", "id"],
+                name="idx_event_plan",
+                condition=Q(plan_id__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

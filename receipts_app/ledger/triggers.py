@@ -39,15 +39,23 @@ def _in_list(statuses: Sequence[str]) -> str:
     return "(" + ", ".join(f"'{s}'" for s in statuses) + ")"
 
 
-def postgres_install(failure_statuses: Sequence[str]) -> list[str]:
+def postgres_functions(failure_statuses: Sequence[str]) -> list[str]:
+    """The trigger functions (``CREATE OR REPLACE``: a later migration re-runs them).
+
+    Each body is one statement (the counts insert as a data-modifying CTE beside the inbox
+    insert): every statement a PL/pgSQL body runs costs an executor start-up, which on a
+    single-row write was a measurable share of the whole write (docs/PERFORMANCE.md).
+    """
     failed = _in_list(failure_statuses)
     changed = "(o.scope, o.status, o.reason) IS DISTINCT FROM (n.scope, n.status, n.reason)"
     return [
         f"""
 CREATE OR REPLACE FUNCTION osq_receipts_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  INSERT INTO {COUNTS} (agent_id, scope, status, n)
-  SELECT agent_id, scope, status, count(*) FROM new_rows GROUP BY agent_id, scope, status;
+  WITH counted AS (
+    INSERT INTO {COUNTS} (agent_id, scope, status, n)
+    SELECT agent_id, scope, status, count(*) FROM new_rows GROUP BY agent_id, scope, status
+  )
   INSERT INTO {INBOX} ({_INBOX_COLUMNS})
   SELECT receipt_id, scope, status, reason, created_at, 1 FROM new_rows
   WHERE status IN {failed};
@@ -56,11 +64,13 @@ END $$""",
         f"""
 CREATE OR REPLACE FUNCTION osq_receipts_updated() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  INSERT INTO {COUNTS} (agent_id, scope, status, n)
-  SELECT agent_id, scope, status, sum(n) FROM (
-    SELECT agent_id, scope, status, -1 AS n FROM old_rows
-    UNION ALL SELECT agent_id, scope, status, 1 FROM new_rows
-  ) AS d GROUP BY agent_id, scope, status HAVING sum(n) <> 0;
+  WITH counted AS (
+    INSERT INTO {COUNTS} (agent_id, scope, status, n)
+    SELECT agent_id, scope, status, sum(n) FROM (
+      SELECT agent_id, scope, status, -1 AS n FROM old_rows
+      UNION ALL SELECT agent_id, scope, status, 1 FROM new_rows
+    ) AS d GROUP BY agent_id, scope, status HAVING sum(n) <> 0
+  )
   INSERT INTO {INBOX} ({_INBOX_COLUMNS})
   SELECT o.receipt_id, o.scope, o.status, o.reason, o.created_at, -1
   FROM old_rows o JOIN new_rows n ON n.id = o.id WHERE o.status IN {failed} AND {changed}
@@ -72,8 +82,10 @@ END $$""",
         f"""
 CREATE OR REPLACE FUNCTION osq_receipts_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  INSERT INTO {COUNTS} (agent_id, scope, status, n)
-  SELECT agent_id, scope, status, -count(*) FROM old_rows GROUP BY agent_id, scope, status;
+  WITH counted AS (
+    INSERT INTO {COUNTS} (agent_id, scope, status, n)
+    SELECT agent_id, scope, status, -count(*) FROM old_rows GROUP BY agent_id, scope, status
+  )
   INSERT INTO {INBOX} ({_INBOX_COLUMNS})
   SELECT receipt_id, scope, status, reason, created_at, -1 FROM old_rows
   WHERE status IN {failed};
@@ -87,6 +99,12 @@ BEGIN
   DELETE FROM {GROUPS};
   RETURN NULL;
 END $$""",
+    ]
+
+
+def postgres_install(failure_statuses: Sequence[str]) -> list[str]:
+    return [
+        *postgres_functions(failure_statuses),
         f"CREATE TRIGGER osq_receipts_inserted AFTER INSERT ON {T} REFERENCING NEW TABLE AS "
         "new_rows FOR EACH STATEMENT EXECUTE FUNCTION osq_receipts_inserted()",
         f"CREATE TRIGGER osq_receipts_updated AFTER UPDATE ON {T} REFERENCING OLD TABLE AS "
