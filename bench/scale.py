@@ -11,6 +11,7 @@ on Redis (target < 60 s).
 
     .venv/bin/python bench/scale.py [--backend postgres|sqlite] [--quick]
         [--max-rows 5000000] [--requeue-rows 0] [--db-name opensquilla_bench_scale]
+    .venv/bin/python bench/scale.py --retime [--backend …] [--db-name …]   # re-time only
 
 Seeding uses COPY on PostgreSQL and executemany on SQLite (realistic mix: 8 agents, 20,000
 sessions, ~5% failures); it bypasses the ledger but not the count triggers. After each stage
@@ -290,6 +291,41 @@ def after_vacuum(repeats: int, *, try_index: bool = False) -> None:
     print(f"updated {path}")
 
 
+def retime(backend: str, db_name: str, repeats: int) -> None:
+    """Re-time the pages on the existing scale database as it is (no VACUUM, no ANALYZE): for
+    a code change that does not touch what seeding wrote."""
+    import json
+    import subprocess
+
+    from django.test import Client
+
+    if backend == "postgres":
+        url = djbench.pg_url(db_name)
+    else:
+        url = djbench.sqlite_url(wl.RESULTS_DIR / f"{db_name}.sqlite3")
+    djbench.migrate(url)  # a code change may bring a migration; it runs on the seeded rows
+    djbench.setup_django(url)
+    from receipts_app.models import MemoryDurableReceipt
+
+    rows = MemoryDurableReceipt.objects.count()
+    client = Client()
+    client.force_login(djbench.make_admin())
+    pg = pages(client, repeats)
+    for name, fig in pg.items():
+        djbench.emit(
+            f"  retimed {rows:>9,} rows  {name:30s} p50 {fig['p50_ms']:8.1f} ms"
+            f"  cpu p50 {fig['cpu_p50_ms']:6.1f} ms  {fig['queries']} queries sql {fig['sql_ms']} ms"
+        )
+    path = wl.RESULTS_DIR / ("scale.json" if backend == "postgres" else "scale_sqlite.json")
+    data = json.loads(path.read_text()) if path.exists() else {}
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=djbench.ROOT
+    ).stdout.strip()
+    data.setdefault("retimed", []).append({"rows": rows, "commit": commit, "pages": pg})
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    print(f"updated {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="10k and 30k rows, small plan")
@@ -317,7 +353,15 @@ def main() -> None:
         action="store_true",
         help="with --vacuum: also time the pages with the proposed (agent, scope, status) index",
     )
+    parser.add_argument(
+        "--retime",
+        action="store_true",
+        help="only re-time the pages on the existing scale database (--db-name), no VACUUM",
+    )
     args = parser.parse_args()
+    if args.retime:
+        retime(args.backend, args.db_name, args.page_repeats)
+        return
     if args.after_vacuum_only:
         after_vacuum(args.page_repeats, try_index=args.try_index)
         return
