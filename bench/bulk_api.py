@@ -6,6 +6,7 @@ through ``ledger.bulk_upsert_memory_durable_receipts`` in-process (no HTTP, no J
 is the ceiling the endpoint can reach. If the endpoint is missing, only that is measured.
 
     .venv/bin/python bench/bulk_api.py [--quick] [--batches 120] [--clients 4]
+    .venv/bin/python bench/bulk_api.py --trigger-cost   # in-process, triggers on vs off
 """
 
 from __future__ import annotations
@@ -106,11 +107,11 @@ def measure_http(url: str, batches: int, clients: int) -> dict:
     }
 
 
-def measure_direct(batches: int) -> dict:
+def measure_direct(batches: int, *, tag: str = "direct") -> dict:
     from receipts_app import ledger
     from receipts_app.models import MemoryDurableReceipt
 
-    prepared = [batch_rows("direct", b) for b in range(batches)]
+    prepared = [batch_rows(tag, b) for b in range(batches)]
     t = wl.Timer()
     with t:
         for rows in prepared:
@@ -126,16 +127,66 @@ def measure_direct(batches: int) -> dict:
     }
 
 
+COUNT_TRIGGERS = ("osq_receipts_inserted", "osq_receipts_updated", "osq_receipts_deleted")
+
+
+def trigger_cost(rounds: int, batches: int) -> dict:
+    """What the count triggers cost the in-process bulk path: interleaved rounds of the same
+    batches with the triggers enabled and disabled (on this benchmark database only; they are
+    enabled again afterwards, and the counts it leaves are not checked)."""
+    import statistics
+
+    from django.db import connection
+
+    def set_triggers(enabled: bool) -> None:
+        verb = "ENABLE" if enabled else "DISABLE"
+        with connection.cursor() as cur:
+            for name in COUNT_TRIGGERS:
+                cur.execute(f"ALTER TABLE {djbench.TABLE} {verb} TRIGGER {name}")
+
+    sides: dict[str, list[float]] = {"with_triggers": [], "without_triggers": []}
+    try:
+        for r in range(rounds):
+            order = list(sides) if r % 2 == 0 else list(reversed(sides))
+            for side in order:
+                set_triggers(side == "with_triggers")
+                fig = measure_direct(batches, tag=f"trig-{side}-{r}")
+                sides[side].append(fig["batch_latency"]["p50_ms"])
+    finally:
+        set_triggers(True)
+    out = {
+        side: {"batch_p50_ms_rounds": v, "median": statistics.median(v)}
+        for side, v in sides.items()
+    }
+    out["ratio_with_over_without"] = round(
+        out["with_triggers"]["median"] / out["without_triggers"]["median"], 3
+    )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--batches", type=int, default=120)
     parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument(
+        "--trigger-cost",
+        action="store_true",
+        help="only time the in-process bulk path with the count triggers on and off (3 rounds)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.batches = 12
     url = djbench.fresh_database("postgres", PG_DB)
     djbench.setup_django(url)
+    if args.trigger_cost:
+        cost = trigger_cost(3, max(4, args.batches // 8))
+        djbench.emit(
+            f"bulk batch p50: {cost['with_triggers']['median']:.1f} ms with the count triggers, "
+            f"{cost['without_triggers']['median']:.1f} ms without (x{cost['ratio_with_over_without']})"
+        )
+        print(f"wrote {wl.write_result('bulk_trigger_cost', {'url': url, **cost})}")
+        return
     direct = measure_direct(max(4, args.batches // 4))
     djbench.emit(
         f"direct ledger.bulk_upsert: {direct['receipts_per_s']:.0f} receipts/s (p50 batch {direct['batch_latency']['p50_ms']:.0f} ms)"
