@@ -75,7 +75,7 @@ def test_health_is_scoped_to_the_agent_prefix():
     assert memory_health(None)["memorySafety"]["status"] == "error"
 
 
-def _thousand_recent_flushes() -> None:
+def _recent_flushes(count: int = 1000, tag: str = "recent") -> None:
     ledger.bulk_upsert_memory_durable_receipts(
         [
             MemoryDurableReceipt(
@@ -83,11 +83,15 @@ def _thousand_recent_flushes() -> None:
                 session_id="s",
                 scope="flush",
                 status="flush_appended",
-                idempotency_key=f"recent:{i}",
+                idempotency_key=f"{tag}:{i}",
             )
-            for i in range(1000)
+            for i in range(count)
         ]
     )
+
+
+def _thousand_recent_flushes() -> None:
+    _recent_flushes()
 
 
 def test_the_hash_mismatch_heuristic_reads_only_the_thousand_most_recent_rows():
@@ -266,18 +270,7 @@ def test_the_overview_reads_no_window_rows_when_nothing_matches():
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    ledger.bulk_upsert_memory_durable_receipts(
-        [
-            MemoryDurableReceipt(
-                session_key=MAIN,
-                session_id="s",
-                scope="flush",
-                status="flush_appended",
-                idempotency_key=f"clean:{i}",
-            )
-            for i in range(3000)
-        ]
-    )
+    _recent_flushes(3000, tag="clean")
     if connection.vendor == "sqlite":
         steps = {"n": 0}
 
