@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from opensquilla_site import timeutil
 from opensquilla_site.models import ApiToken
 from opensquilla_site.tokens import revoke_api_token
+from operations_app import celery_signals
 from receipts_app.audit import Actor
 from receipts_app.requeue import (
     create_requeue_plan,
@@ -165,9 +166,14 @@ class _Heart:
         self.eventer = _Worker(hostname)
 
 
-def test_worker_and_beat_heartbeats(read_token):
+def test_worker_and_beat_heartbeats(read_token, monkeypatch):
+    # A ready worker starts its beat watch; here that thread would outlive the test and
+    # query the database from outside any test (and hold the test database at teardown).
+    watches = []
+    monkeypatch.setattr(celery_signals, "_start_beat_watch", lambda: watches.append(1))
     worker = _Worker("celery@box-1")
     signals.worker_ready.send(sender=worker)
+    assert watches == [1]
     signals.heartbeat_sent.send(sender=_Heart("celery@box-2"))
     signals.beat_init.send(sender=None)
     samples = scrape(read_token)
