@@ -6,18 +6,14 @@
   (``receipts_app.ledger.triggers.postgres_functions``); the triggers themselves stay.
 """
 
+from importlib import import_module
+
 from django.db import migrations, models
 
 from receipts_app.ledger import triggers
 
-# Frozen here: the failure statuses as of this migration (the same as 0007's).
-FAILURE_STATUSES = (
-    "checkpoint_failed",
-    "repair_failed",
-    "repair_abandoned",
-    "receipt_orphaned",
-    "hash_mismatch",
-)
+# The failure statuses 0007 froze into the triggers: unchanged, so the same list.
+FAILURE_STATUSES = import_module("receipts_app.migrations.0007_ledger_counts").FAILURE_STATUSES
 
 
 def replace_functions(apps, schema_editor):

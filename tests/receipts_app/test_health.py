@@ -90,18 +90,19 @@ def _recent_flushes(count: int = 1000, tag: str = "recent") -> None:
     )
 
 
-def _thousand_recent_flushes() -> None:
-    _recent_flushes()
-
-
-def test_the_hash_mismatch_heuristic_reads_only_the_thousand_most_recent_rows():
+def _old_mismatch_behind_a_full_window() -> None:
+    """A hash-mismatch row a day old, then 1,000 newer rows of the same agent."""
     make_receipt(
         session_key=MAIN,
         status="flush_appended",
         reason="hash mismatch on reread",
         created_at=now_ms() - DAY_MS,
     )
-    _thousand_recent_flushes()
+    _recent_flushes()
+
+
+def test_the_hash_mismatch_heuristic_reads_only_the_thousand_most_recent_rows():
+    _old_mismatch_behind_a_full_window()
     safety = memory_health("main")["memorySafety"]
     assert (safety["status"], safety["rowsChecked"], safety["hashMismatchCount"]) == ("ok", 1000, 0)
 
@@ -125,7 +126,7 @@ def test_the_window_is_the_agents_own_prefix_and_leaves_its_subagents_out():
 def test_a_failed_checkpoint_does_not_age_out_of_memory_safety():
     # Upstream forgets it after 1000 newer rows; here it stays at risk until it is resolved.
     old = make_receipt(session_key=MAIN, status="checkpoint_failed", created_at=now_ms() - DAY_MS)
-    _thousand_recent_flushes()
+    _recent_flushes()
     safety = memory_health("main")["memorySafety"]
     assert (safety["status"], safety["errorCount"]) == ("error", 1)
     assert safety["sampleReceiptIds"] == [old.receipt_id]
@@ -211,13 +212,7 @@ def test_without_the_count_health_finds_a_mismatch_in_the_window_as_before():
 
 
 def test_without_the_count_a_mismatch_older_than_the_window_still_does_not_count():
-    make_receipt(
-        session_key=MAIN,
-        status="flush_appended",
-        reason="hash mismatch on reread",
-        created_at=now_ms() - DAY_MS,
-    )
-    _thousand_recent_flushes()
+    _old_mismatch_behind_a_full_window()
     counted, gated = _both_ways()
     assert [_without_count(item) for item in counted] == [_without_count(i) for i in gated]
     assert gated[0]["memorySafety"]["status"] == "ok"
