@@ -1,8 +1,9 @@
 """Deterministic checkpoints: JSONL transcript snapshots plus their receipts (docs/UPSTREAM.md#checkpoints).
 
 The hashes, ids, paths and file bytes are byte-compatible with OpenSquilla 0.3.0; the golden
-tests pin them. ``record_memory_checkpoint`` calls ``append_checkpoint_events`` through the
-``writer`` module, so a test replaces ``receipts_app.checkpoint.writer.append_checkpoint_events``.
+tests pin them. ``record_memory_checkpoint`` calls ``append_checkpoint_events`` through this package's
+attribute, looked up at call time, so a test replaces ``receipts_app.checkpoint.append_checkpoint_events``
+(the seam upstream's tests use on ``opensquilla.memory.checkpoint``).
 """
 
 from .events import DEFAULT_SOURCE, build_checkpoint_events, serialise_checkpoint_events

@@ -1,14 +1,16 @@
 """``record_memory_checkpoint``: snapshot a session and record a fenced receipt (5.4).
 
 The sync form runs the async implementation, so the shared deadline, the failure receipt and
-the fencing rules exist once. The writer and the receipt upsert are looked up at call time on
-their modules (``receipts_app.checkpoint.writer``, ``receipts_app.ledger``), so tests can
-replace either.
+the fencing rules exist once. The writer and the receipt upsert are looked up at call time: the
+writer on the package ``receipts_app.checkpoint`` itself (the seam PRODUCT.md names, as
+upstream's tests patch ``opensquilla.memory.checkpoint``), the upsert on ``receipts_app.ledger``,
+so a test can replace either.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 import time
@@ -25,12 +27,16 @@ from sessions_app.keys import canonicalize_session_key
 from .. import ledger
 from ..models import MemoryDurableReceipt
 from ..statuses import CHECKPOINT_FAILED, CHECKPOINT_SAVED
-from . import writer
 from .events import DEFAULT_SOURCE, build_checkpoint_events, serialise_checkpoint_events
 from .hashing import checkpoint_coverage_hash, checkpoint_event_hash, checkpoint_turn_id
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
+
+
+def _checkpoint_package() -> Any:
+    """``receipts_app.checkpoint`` as it is now (imported lazily: it imports this module)."""
+    return importlib.import_module(__package__ or "receipts_app.checkpoint")
 
 
 class CheckpointTimeoutError(TimeoutError):
@@ -171,10 +177,11 @@ async def arecord_memory_checkpoint(
 
     try:
         workspace = _configured_workspace(workspace_dir)
-        # Looked up on the module at call time so tests can replace the writer; it runs in a
+        # Looked up on the package at call time (the contract's seam: a test that replaces
+        # ``receipts_app.checkpoint.append_checkpoint_events`` replaces this write); it runs in a
         # worker thread so the event loop never blocks on disk.
         written = await deadline.run(
-            asyncio.to_thread(writer.append_checkpoint_events, workspace, events)
+            asyncio.to_thread(_checkpoint_package().append_checkpoint_events, workspace, events)
         )
     except Exception as error:
         failure = _failure_receipt(

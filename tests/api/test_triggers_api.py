@@ -6,7 +6,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from receipts_app.checkpoint import writer as checkpoint_writer
+from receipts_app import checkpoint
 from receipts_app.models import MemoryDurableReceipt, ReceiptEvent
 from tests.api.conftest import API, assert_error
 from tests.factories import make_session
@@ -61,7 +61,7 @@ def test_checkpoint_wait_returns_the_failure_receipt(operator, workspace, monkey
     def broken(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(checkpoint_writer, "append_checkpoint_events", broken)
+    monkeypatch.setattr(checkpoint, "append_checkpoint_events", broken)
     response = operator.post(f"/sessions/{KEY}/checkpoints?wait=true")
     assert response.status_code == 200
     assert response.json()["status"] == "checkpoint_failed"

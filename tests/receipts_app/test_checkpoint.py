@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-import receipts_app.checkpoint.writer as checkpoint
+import receipts_app.checkpoint as checkpoint
 import receipts_app.ledger as ledger
 from receipts_app.checkpoint import (
     CheckpointTimeoutError,

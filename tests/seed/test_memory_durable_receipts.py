@@ -276,7 +276,7 @@ async def test_memory_durable_receipt_coverage_lookup_is_targeted(tmp_path):
 
 
 async def test_record_memory_checkpoint_preserves_distinct_failure_receipts(tmp_path, monkeypatch):
-    import receipts_app.checkpoint.writer as checkpoint
+    import receipts_app.checkpoint as checkpoint
 
     storage = await SessionStorage.open(tmp_path / "sessions.db")
     manager = SessionManager(storage, checkpoint_workspace_dir=tmp_path / "workspace")
@@ -332,7 +332,7 @@ async def test_record_memory_checkpoint_requires_explicit_checkpoint_workspace(t
 
 
 async def test_record_memory_checkpoint_writes_checkpoint_off_event_loop(tmp_path, monkeypatch):
-    import receipts_app.checkpoint.writer as checkpoint
+    import receipts_app.checkpoint as checkpoint
 
     storage = await SessionStorage.open(tmp_path / "sessions.db")
     manager = SessionManager(storage, checkpoint_workspace_dir=tmp_path / "workspace")
