@@ -34,11 +34,11 @@ def _ledger_metrics(now: int) -> Iterator[Metric]:
     counts = receipt_counts()
     receipts = GaugeMetricFamily(
         "opensquilla_receipts",
-        "Receipts in the ledger per agent, scope and status.",
-        labels=["agent", "scope", "status"],
+        "Receipts in the ledger per agent, scope, status and gateway.",
+        labels=["agent", "scope", "status", "gateway"],
     )
     for row in counts:
-        receipts.add_metric([row.agent_id, row.scope, row.status], row.count)
+        receipts.add_metric([row.agent_id, row.scope, row.status, row.gateway_id], row.count)
     yield receipts
 
     signals = agent_signals(counts, now)

@@ -35,6 +35,7 @@ from django.conf import settings
 
 from opensquilla_site.timeutil import now_ms as wall_clock_ms
 from sessions_app.compactions import CompactionSource
+from sessions_app.gateways import using_gateway
 from sessions_app.keys import agent_prefix, normalize_agent_id
 from sessions_app.models import Session
 
@@ -586,11 +587,13 @@ def _repair_compactions(
     for summary in summaries:
         if flush_service is None:
             flush_service = build_repair_flush_service()
-        results.append(
-            repair_compaction_source(
-                summary, source=source, flush_service=flush_service, agent_id=agent
+        # The flush writes the receipts of the summary's own gateway.
+        with using_gateway(getattr(summary, "gateway_id", None)):
+            results.append(
+                repair_compaction_source(
+                    summary, source=source, flush_service=flush_service, agent_id=agent
+                )
             )
-        )
     return results
 
 
@@ -669,9 +672,12 @@ def run_memory_repair_once(
                 continue
             if service is None:
                 service = build_repair_flush_service()
-            result = repair_durable_receipt_source(
-                row, memory_root=root, flush_service=service, now_ms=now, agent_id=agent
-            )
+            with using_gateway(
+                row.gateway_id
+            ):  # the queue spans gateways; each row acts in its own
+                result = repair_durable_receipt_source(
+                    row, memory_root=root, flush_service=service, now_ms=now, agent_id=agent
+                )
             if result.get("reason") == "repair_already_claimed":
                 continue
             results.append(result)
@@ -798,10 +804,11 @@ def repair_one(receipt_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
                 "status": "failed_retryable",
                 "reason": "memory_root_unavailable",
             }
-        return repair_durable_receipt_source(
-            row,
-            memory_root=root,
-            flush_service=build_repair_flush_service(),
-            now_ms=now,
-            agent_id=agent,
-        )
+        with using_gateway(row.gateway_id):
+            return repair_durable_receipt_source(
+                row,
+                memory_root=root,
+                flush_service=build_repair_flush_service(),
+                now_ms=now,
+                agent_id=agent,
+            )

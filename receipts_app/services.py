@@ -43,7 +43,7 @@ def _live_session(session_key: str) -> Session:
 
 
 def _has_transcript(session: Session) -> bool:
-    return TranscriptEntry.objects.filter(session_id=session.session_id).exists()
+    return TranscriptEntry.objects.here().filter(session_id=session.session_id).exists()
 
 
 def queue_checkpoint(*, session_key: str, actor: Actor, turn_id: str | None = None) -> str:

@@ -498,17 +498,17 @@ class UpstreamMark:
     upstream_status: str = ""
 
 
-def upstream_marks_for_receipt(idempotency_key: str) -> list[UpstreamMark]:
-    """The live mirror's word on one receipt (one row per followed source; none if not
-    mirrored): gone upstream rows stay here, marked (docs/MIRROR.md)."""
-    rows = MirroredReceipt.objects.filter(idempotency_key=idempotency_key).values_list(
-        "source__path", "gone_at", "source_status"
-    )
+def upstream_marks_for_receipt(receipt: MemoryDurableReceipt) -> list[UpstreamMark]:
+    """The live mirror's word on one receipt (one row per followed source of its gateway;
+    none if not mirrored): gone upstream rows stay here, marked (docs/MIRROR.md)."""
+    rows = MirroredReceipt.objects.filter(
+        source__gateway_id=receipt.gateway_id, idempotency_key=receipt.idempotency_key
+    ).values_list("source__path", "gone_at", "source_status")
     return [UpstreamMark(path, gone, status) for path, gone, status in rows]
 
 
-def upstream_marks_for_session(session_key: str) -> list[UpstreamMark]:
-    rows = MirroredSession.objects.filter(session_key=session_key).values_list(
-        "source__path", "gone_at"
-    )
+def upstream_marks_for_session(session: Session) -> list[UpstreamMark]:
+    rows = MirroredSession.objects.filter(
+        source__gateway_id=session.gateway_id, session_key=session.session_key
+    ).values_list("source__path", "gone_at")
     return [UpstreamMark(path, gone) for path, gone in rows]

@@ -25,7 +25,9 @@ class Command(BaseCommand):
         count_drift = counts.find_drift()
         for d in count_drift:
             self.stdout.write(
-                f"count drift: agent={d.agent_id!r} scope={d.scope!r} status={d.status!r}: "
+                f"count drift: agent={d.agent_id!r} scope={d.scope!r} status={d.status!r}"
+                + ("" if d.gateway_id == "local" else f" gateway={d.gateway_id!r}")
+                + ": "
                 f"kept {d.stored}, actual {d.actual}"
             )
         # Group what already arrived first: pending entries are not drift.
