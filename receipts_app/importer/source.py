@@ -150,6 +150,10 @@ def _json_text(value: Any, what: str) -> Any:
         raise ImportSourceError(f"{what} is not valid JSON") from exc
 
 
+# The newest schema migration each release this product was checked against ships with.
+KNOWN_NEWEST_MIGRATIONS = {"V014__meta_skill_run_steps_allow_user_input": "0.3.0"}
+
+
 # --- the database -------------------------------------------------------------------------
 
 
@@ -251,6 +255,25 @@ class SourceDatabase:
             return {str(row[0]) for row in cursor.fetchall()}
         except sqlite3.DatabaseError as exc:
             raise ImportSourceError(f"{self.path} cannot be read: {exc}") from exc
+
+    def schema(self) -> tuple[str, str]:
+        """``(OpenSquilla version, schema)`` as far as the file tells.
+
+        A gateway records its schema migrations in ``_yoyo_migration``: the schema is the
+        newest one applied, and the version is known for the newest migration of a release
+        this product was checked against. A database without that table (written by
+        OpenSquilla's storage alone) is described by its receipts table's shape."""
+        try:
+            row = self.conn.execute(
+                "SELECT migration_id FROM _yoyo_migration ORDER BY migration_id DESC LIMIT 1"
+            ).fetchone()
+        except sqlite3.DatabaseError:
+            row = None
+        if row is not None and row[0]:
+            newest = str(row[0])[:200]
+            return KNOWN_NEWEST_MIGRATIONS.get(newest, ""), newest
+        shape = "with coverage" if self.has_coverage_columns else "without coverage"
+        return "", f"no migration table; receipts {shape} columns"
 
     def max_entry_id(self) -> int:
         return int(self._run("SELECT COALESCE(MAX(id), 0) FROM transcript_entries").fetchone()[0])
