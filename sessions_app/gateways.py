@@ -20,9 +20,10 @@ exactly as before: they are the ``local`` gateway's.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from functools import wraps
 from typing import Any, Self, TypeVar
 
 from django.db import models
@@ -129,10 +130,32 @@ def ensure_gateway(name: str, **seen: Any) -> Gateway:
 
 
 def known_gateway(name: str) -> Gateway:
-    """The existing gateway ``name``; ``GatewayNameError`` for a bad name, ``LookupError``
-    (``Gateway.DoesNotExist``) when there is none."""
+    """The existing gateway ``name``; ``GatewayNameError`` (a ``ValueError``) for a bad name,
+    ``KeyError`` when there is none (the API's 422 and 404)."""
     validate_gateway_name(name)
-    return Gateway.objects.get(name=name)
+    gateway = Gateway.objects.filter(name=name).first()
+    if gateway is None:
+        raise KeyError(f"Gateway not found: {name}")
+    return gateway
+
+
+_V = TypeVar("_V", bound=Callable[..., Any])
+
+
+def in_requested_gateway(view: _V) -> _V:
+    """Run a request handler in the gateway its ``?gateway=`` names (none: no gateway chosen,
+    so lists span every gateway and a session key addresses ``local``). Applied after
+    authentication, so a caller without credentials learns nothing about gateways."""
+
+    @wraps(view)
+    def scoped(request: Any, *args: Any, **kwargs: Any) -> Any:
+        name = request.GET.get("gateway") or None
+        if name is not None:
+            known_gateway(name)
+        with using_gateway(name):
+            return view(request, *args, **kwargs)
+
+    return scoped  # type: ignore[return-value]
 
 
 # --- queries --------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any
 from django.db.models import Count, IntegerField, Model, OuterRef, Subquery
 
 from opensquilla_site.timeutil import now_ms
+from sessions_app.gateways import gateway_scope
 
 from ..importer import ImportSourceError
 from .models import MirroredReceipt, MirroredSession, MirrorSource
@@ -89,8 +90,14 @@ def mirror_states() -> list[dict[str, Any]]:
     One query.
     """
     now = now_ms()
+    scope = gateway_scope()  # every gateway's sources unless an edge chose one
+    followed = (
+        MirrorSource.objects.all()
+        if scope is None
+        else MirrorSource.objects.filter(gateway_id=scope)
+    )
     sources = list(
-        MirrorSource.objects.annotate(
+        followed.annotate(
             n_sessions_gone=_gone_count(MirroredSession),
             n_receipts_gone=_gone_count(MirroredReceipt),
         ).order_by("gateway_id", "path")
@@ -125,6 +132,8 @@ def mirror_states() -> list[dict[str, Any]]:
     ]
     started = {(s["gateway"], s["source"]) for s in states}
     for configured in reversed(_configured()):
+        if scope is not None and configured.gateway != scope:
+            continue
         path = str(configured.db_path.expanduser().resolve())
         if (configured.gateway, path) not in started:
             states.insert(0, _never_started(configured, path))
