@@ -90,6 +90,8 @@ MIDDLEWARE = [
     "csp.middleware.CSPMiddleware",
     "opensquilla_site.headers.PrivateNoStoreMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last: runs a console page inside the gateway its ?gateway= names.
+    "receipts_app.console.middleware.ConsoleGatewayMiddleware",
 ]
 
 ROOT_URLCONF = "opensquilla_site.urls"

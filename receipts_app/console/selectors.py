@@ -474,16 +474,18 @@ def page_plans(
 def session_memory_version(session: Session) -> str:
     """What the session memory panel shows, as one token: the session's generation and
     stamp (new messages move it) and its receipts' count and newest stamp. One query."""
-    seen = MemoryDurableReceipt.objects.filter(session_key=session.session_key).aggregate(
-        n=Count("id"), newest=Max("updated_at")
-    )
+    seen = MemoryDurableReceipt.objects.filter(
+        gateway_id=session.gateway_id, session_key=session.session_key
+    ).aggregate(n=Count("id"), newest=Max("updated_at"))
     return f"{session.session_id}.{session.updated_at}.{seen['n']}.{seen['newest'] or 0}"
 
 
 def session_checkpoints(session_key: str, *, limit: int = 50) -> list[MemoryDurableReceipt]:
-    """Checkpoint receipts of every generation of the key, newest first (bounded)."""
+    """Checkpoint receipts of every generation of the key in the current gateway, newest
+    first (bounded)."""
     return list(
-        MemoryDurableReceipt.objects.filter(session_key=session_key, scope="checkpoint")
+        MemoryDurableReceipt.objects.here()
+        .filter(session_key=session_key, scope="checkpoint")
         .for_console()
         .order_by("-created_at", "-id")[:limit]
     )
