@@ -133,12 +133,12 @@ def _liveness_metrics() -> Iterator[Metric]:
     if mirrors:
         lag = GaugeMetricFamily(
             "opensquilla_mirror_lag_seconds",
-            "How far the live mirror is behind its OpenSquilla sessions.db.",
-            labels=["source"],
+            "How far the live mirror is behind its OpenSquilla sessions.db, per gateway.",
+            labels=["source", "gateway"],
         )
         for m in mirrors:
             if m.lag_seconds is not None:
-                lag.add_metric([m.source], m.lag_seconds)
+                lag.add_metric([m.source, m.gateway], m.lag_seconds)
         yield lag
 
 

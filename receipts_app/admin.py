@@ -48,7 +48,7 @@ class MemoryDurableReceiptAdmin(admin.ModelAdmin):
         "created_at",
         "updated_at",
     )
-    list_filter = ("status", "scope", "agent_id")
+    list_filter = ("status", "scope", "agent_id", "gateway")
     search_fields = ("=receipt_id", "^session_key", "=idempotency_key", "=session_id")
     list_select_related = False  # no relations: one query per page
     show_full_result_count = False

@@ -8,18 +8,56 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from .models import Session, TranscriptEntry
+from .models import Gateway, Session, TranscriptEntry
+
+
+@admin.register(Gateway)
+class GatewayAdmin(admin.ModelAdmin):
+    """Gateways are created by imports and followers; only the display name is edited here."""
+
+    list_display = ("name", "display_name", "opensquilla_version", "schema_version", "last_seen_at")
+    search_fields = ("=name", "display_name")
+    readonly_fields = (
+        "name",
+        "source",
+        "opensquilla_version",
+        "schema_version",
+        "last_seen_at",
+        "created_at",
+    )
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # its rows point at it (PROTECT)
 
 
 @admin.register(Session)
 class SessionAdmin(admin.ModelAdmin):
-    list_display = ("session_key", "agent_id", "epoch", "session_id", "status", "updated_at")
-    list_filter = ("agent_id", "status")
+    list_display = (
+        "session_key",
+        "gateway_id",
+        "agent_id",
+        "epoch",
+        "session_id",
+        "status",
+        "updated_at",
+    )
+    list_filter = ("gateway", "agent_id", "status")
     search_fields = ("^session_key", "=session_id")
     list_select_related = False
     show_full_result_count = False
     # A reset or delete must go through sessions_app.services (new generation, cascades).
-    readonly_fields = ("session_key", "session_id", "epoch", "agent_id", "created_at", "updated_at")
+    readonly_fields = (
+        "gateway",
+        "session_key",
+        "session_id",
+        "epoch",
+        "agent_id",
+        "created_at",
+        "updated_at",
+    )
 
 
 @admin.register(TranscriptEntry)
