@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from operations_app.gateway_link import LinkState, read_memory_status, run_due_repairs
+from receipts_app.importer import read_schema_version_at
 
 pytestmark = pytest.mark.reference
 
@@ -170,3 +171,11 @@ def test_the_gateway_runs_its_due_repair_and_names_the_row(gateway, written) -> 
     assert {r.get("sessionKey") for r in again.value.results} <= {
         "agent:main:memory-repair:legacy-raw"
     }
+
+
+def test_a_booted_0_3_0_gateways_file_reads_as_schema_7_with_its_migrations(gateway) -> None:
+    schema = read_schema_version_at(gateway.state / "sessions.db")
+
+    assert schema.storage_version == 7
+    assert schema.latest_migration == "V014__meta_skill_run_steps_allow_user_input"
+    assert len(schema.migrations) == 15
