@@ -45,8 +45,10 @@ from .flush import (
     parse_raw_fallback_entries,
 )
 from .flush.archive import raw_fallback_header_reason
+from .flush.correlation import ProviderRequestCorrelation
 from .flush_runtime import (
     build_flush_service,
+    flush_request_correlation,
     memory_workspace_for_agent,
     memory_workspace_template,
 )
@@ -267,6 +269,32 @@ def maintenance_turn_id() -> str:
     return f"maintenance_{uuid.uuid4().hex}"
 
 
+def correlatable_session_id(source: Any) -> str | None:
+    """The real session id of a repair source; None for the legacy raw namespace.
+
+    A legacy row's ``legacy-raw:…`` id names no session a provider bill could be matched
+    to, so such repairs send no correlation (upstream's ``_correlatable_repair_session_id``).
+    """
+    session_id = getattr(source, "session_id", None)
+    session_key = getattr(source, "session_key", None)
+    if not isinstance(session_id, str) or not session_id or session_id.startswith("legacy-raw:"):
+        return None
+    if isinstance(session_key, str) and ":memory-repair:legacy-raw" in session_key:
+        return None
+    return session_id
+
+
+def repair_correlation(source: Any) -> tuple[str, ProviderRequestCorrelation | None]:
+    """A repair flush's maintenance turn id and the correlation it sends, if any."""
+    turn_id = maintenance_turn_id()
+    return turn_id, flush_request_correlation(correlatable_session_id(source), turn_id)
+
+
+def _correlation_kwargs(correlation: ProviderRequestCorrelation | None) -> dict[str, Any]:
+    # Left out rather than passed as None: upstream's flush-service protocol does the same.
+    return {} if correlation is None else {"provider_request_correlation": correlation}
+
+
 def build_repair_flush_service() -> SessionFlushService:
     return build_flush_service(archive_writer=reuse_source_archive)
 
@@ -277,6 +305,8 @@ def repair_raw_fallback_source(
     *,
     flush_service: SessionFlushService,
     agent_id: str,
+    turn_id: str | None = None,
+    correlation: ProviderRequestCorrelation | None = None,
 ) -> dict[str, Any]:
     """Flush one archive again; ``status`` is ``repaired`` or ``failed_retryable``.
 
@@ -311,7 +341,8 @@ def repair_raw_fallback_source(
             message_window=0,
             segment_mode="auto",
             raw_capture_policy="off",
-            turn_id=maintenance_turn_id(),
+            turn_id=turn_id or maintenance_turn_id(),
+            **_correlation_kwargs(correlation),
         )
     except Exception as exc:
         logger.warning("memory_repair.flush_failed path=%s: %s", rel, exc)
@@ -356,9 +387,15 @@ def repair_durable_receipt_source(
     if claimed is None:
         return {**base, "status": "skipped", "reason": "repair_already_claimed"}
     agent = normalize_agent_id(agent_id or row.agent_id or "main")
+    turn_id, correlation = repair_correlation(row)
     try:
         result = repair_raw_fallback_source(
-            memory_root, path, flush_service=flush_service, agent_id=agent
+            memory_root,
+            path,
+            flush_service=flush_service,
+            agent_id=agent,
+            turn_id=turn_id,
+            correlation=correlation,
         )
     except Exception as exc:
         # Never leave our own claim behind: a failed attempt is recorded and backs off.
@@ -549,6 +586,7 @@ def repair_compaction_source(
     if not entries:
         source.mark_compaction_repair_status(summary, "failed_retryable")
         return {**base, **metadata, "status": "failed_retryable", "reason": "missing_preimage"}
+    turn_id, correlation = repair_correlation(summary)
     try:
         receipt = async_to_sync(flush_service.execute)(
             entries,
@@ -557,7 +595,8 @@ def repair_compaction_source(
             message_window=0,
             segment_mode="auto",
             raw_capture_policy="off",
-            turn_id=maintenance_turn_id(),
+            turn_id=turn_id,
+            **_correlation_kwargs(correlation),
         )
     except Exception as exc:
         logger.warning("memory_repair.compaction_flush_failed summary=%s: %s", base, exc)

@@ -78,6 +78,7 @@ def import_opensquilla(
     created_files: list[Path] = []
     with SourceDatabase(db_path) as source:
         report.coverage_columns_present = source.has_coverage_columns
+        _note_schema(source, report)
         totals = {
             "sessions": source.count("sessions"),
             "transcript entries": source.count("transcript_entries"),
@@ -109,6 +110,17 @@ def import_opensquilla(
             remove_created(created_files)
             raise
     return report
+
+
+def _note_schema(source: SourceDatabase, report: ImportReport) -> None:
+    schema = source.schema_version()
+    report.source_schema = schema.label()
+    if schema.newer_than_known:
+        report.warn(
+            "newer_schema",
+            f"the source schema ({schema.label()}) is newer than this product knows; "
+            "only the tables and columns it knows were read",
+        )
 
 
 # --- arguments ----------------------------------------------------------------------------

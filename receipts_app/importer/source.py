@@ -16,6 +16,7 @@ from typing import Any
 
 from ..receipt_ids import addressable_receipt_id
 from .errors import ImportSourceError
+from .schema import SchemaVersion, read_schema_version
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 CHUNK = 500
@@ -170,6 +171,12 @@ class SourceDatabase:
 
     def __exit__(self, *exc: object) -> None:
         self.conn.close()
+
+    def schema_version(self) -> SchemaVersion:
+        try:
+            return read_schema_version(self.conn)
+        except sqlite3.DatabaseError as exc:
+            raise ImportSourceError(f"{self.path} cannot be read: {exc}") from exc
 
     @property
     def has_coverage_columns(self) -> bool:
