@@ -532,9 +532,7 @@ def duplicate_legacy_repairs() -> list[MemoryDurableReceipt]:
                 )
                 keep = next((r for r in legacy_rows if r.agent_id == owner), legacy_rows[0])
             duplicates += [
-                r
-                for r in legacy_rows
-                if r is not keep and r.status not in _KEEP_DUPLICATE_STATUSES
+                r for r in legacy_rows if r is not keep and r.status not in _KEEP_DUPLICATE_STATUSES
             ]
     return sorted(duplicates, key=lambda r: r.pk)
 

@@ -28,6 +28,7 @@ T = "receipts_app_memorydurablereceipt"
 COUNTS = "receipts_app_receiptcount"
 INBOX = "receipts_app_failureinbox"
 GROUPS = "receipts_app_failuregroupcount"
+MEMBERS = "receipts_app_failuregroupmember"
 SQLITE_COUNTS_KEY = "receipt_count_key_uniq"
 _INBOX_COLUMNS = "receipt_id, scope, status, reason, created_at, sign"
 
@@ -97,6 +98,7 @@ BEGIN
   DELETE FROM {COUNTS};
   DELETE FROM {INBOX};
   DELETE FROM {GROUPS};
+  DELETE FROM {MEMBERS};
   RETURN NULL;
 END $$""",
     ]

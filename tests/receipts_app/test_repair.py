@@ -655,9 +655,7 @@ def test_per_agent_workspaces_keep_upstreams_rule(workspaces):
     assert [r.agent_id for r in MemoryDurableReceipt.objects.all()] == ["main"]
 
 
-def test_check_counts_fix_removes_duplicate_legacy_repairs_with_an_event(
-    shared_workspace, capsys
-):
+def test_check_counts_fix_removes_duplicate_legacy_repairs_with_an_event(shared_workspace, capsys):
     paths = {who: write_archive(shared_workspace, name) for who, name in SHARED_NAMES.items()}
     flush_row = repair_row(paths["ops"], agent="ops")
 

@@ -26,28 +26,7 @@ class Command(BaseCommand):
         parser.add_argument("--fix", action="store_true", help="rebuild whatever drifted")
 
     def handle(self, *args, **options):
-        count_drift = counts.find_drift()
-        for d in count_drift:
-            self.stdout.write(
-                f"count drift: agent={d.agent_id!r} scope={d.scope!r} status={d.status!r}: "
-                f"kept {d.stored}, actual {d.actual}"
-            )
-        # Group what already arrived first: pending entries are not drift.
-        failure_groups.fold_all()
-        kept, actual = failure_groups.stored(), failure_groups.recompute()
-        group_drift = sorted(k for k in set(kept) | set(actual) if kept.get(k) != actual.get(k))
-        for scope, status, fingerprint in group_drift:
-            key = (scope, status, fingerprint)
-            self.stdout.write(
-                f"failure group drift: scope={scope!r} status={status!r} "
-                f"fingerprint={fingerprint!r}: kept {kept.get(key, 0)}, actual {actual.get(key, 0)}"
-            )
-        duplicates = repair.duplicate_legacy_repairs()
-        for row in duplicates:
-            self.stdout.write(
-                f"duplicate legacy repair: {row.receipt_id} agent={row.agent_id!r} "
-                f"path={row.source_path!r} status={row.status!r}"
-            )
+        count_drift, group_drift, duplicates = self._report()
         if not count_drift and not group_drift and not duplicates:
             self.stdout.write(self.style.SUCCESS("counts and failure groups match the ledger"))
             return
@@ -58,17 +37,40 @@ class Command(BaseCommand):
             )
             raise SystemExit(1)
         if duplicates:
-            removed = repair.remove_duplicate_legacy_repairs(actor=audit.Actor("check_counts", "cli"))
+            removed = repair.remove_duplicate_legacy_repairs(
+                actor=audit.Actor("check_counts", "cli")
+            )
             self.stdout.write(f"removed {len(removed)} duplicate legacy repair(s)")
             # The deletes moved counts and groups: compare again after them.
-            count_drift = counts.find_drift()
-            failure_groups.fold_all()
-            kept, actual = failure_groups.stored(), failure_groups.recompute()
-            group_drift = sorted(
-                k for k in set(kept) | set(actual) if kept.get(k) != actual.get(k)
-            )
+            count_drift, group_drift, _ = self._report(quiet=True)
         if count_drift:
             counts.rebuild_counts()
         if group_drift:
             failure_groups.rebuild_groups()
         self.stdout.write(self.style.SUCCESS("rebuilt; counts and failure groups match again"))
+
+    def _report(self, *, quiet: bool = False) -> tuple[list, list, list]:
+        write = (lambda _line: None) if quiet else self.stdout.write
+        count_drift = counts.find_drift()
+        for d in count_drift:
+            write(
+                f"count drift: agent={d.agent_id!r} scope={d.scope!r} status={d.status!r}: "
+                f"kept {d.stored}, actual {d.actual}"
+            )
+        # Group what already arrived first: pending entries are not drift.
+        failure_groups.fold_all()
+        kept, actual = failure_groups.stored(), failure_groups.recompute()
+        group_drift = sorted(k for k in set(kept) | set(actual) if kept.get(k) != actual.get(k))
+        for key in group_drift:
+            agent, scope, status, fingerprint = key
+            write(
+                f"failure group drift: agent={agent!r} scope={scope!r} status={status!r} "
+                f"fingerprint={fingerprint!r}: kept {kept.get(key, 0)}, actual {actual.get(key, 0)}"
+            )
+        duplicates = repair.duplicate_legacy_repairs()
+        for row in duplicates:
+            write(
+                f"duplicate legacy repair: {row.receipt_id} agent={row.agent_id!r} "
+                f"path={row.source_path!r} status={row.status!r}"
+            )
+        return count_drift, group_drift, duplicates
