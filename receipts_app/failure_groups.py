@@ -1,8 +1,9 @@
 """Failure groups over the whole ledger, kept up to date as failures arrive.
 
-A group is every failed receipt with the same agent, scope, status and reason fingerprint
-(the reason with ids, session keys, paths, hex digests and numbers masked). The receipts
-table's triggers append each row entering (+1) or leaving (-1) a failure status to
+A group is every receipt at risk (``statuses.AT_RISK_STATUSES``: the failures, and requeued
+checkpoints until recovered) with the same agent, scope, status and reason fingerprint (the
+reason with ids, session keys, paths, hex digests and numbers masked). The receipts table's
+triggers append each row entering (+1) or leaving (-1) an at-risk status to
 ``FailureInbox`` in the writer's transaction; :func:`fold_failure_inbox` turns those entries
 into group memberships (``FailureGroupMember``, one row per failed receipt, naming its group)
 and group counts (``FailureGroupCount``). Fingerprints need Python's regular expressions,
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from django.db import connection, transaction
 
 from .ledger.triggers import GROUPS, INBOX, MEMBERS, T, lock_writers
-from .statuses import FAILURE_STATUSES
+from .statuses import AT_RISK_STATUSES
 
 # Inbox rows folded per transaction: bounded, so a fold is bounded too.
 FOLD_BATCH = 5_000
@@ -242,7 +243,7 @@ def fold_all(batch: int = FOLD_BATCH) -> int:
 def _failed_rows_sql() -> str:
     return (
         f"SELECT receipt_id, agent_id, scope, status, {_reason_sql()}, created_at FROM {T} "
-        f"WHERE status IN ({_marks(len(FAILURE_STATUSES))}) ORDER BY id"
+        f"WHERE status IN ({_marks(len(AT_RISK_STATUSES))}) ORDER BY id"
     )
 
 
@@ -250,7 +251,7 @@ def recompute() -> dict[GroupKey, int]:
     """Group counts straight from the receipts table (streams every failed row)."""
     counts: dict[GroupKey, int] = {}
     with connection.cursor() as cur:
-        cur.execute(_failed_rows_sql(), list(FAILURE_STATUSES))
+        cur.execute(_failed_rows_sql(), list(AT_RISK_STATUSES))
         while chunk := cur.fetchmany(5_000):
             for _rid, agent, scope, status, reason, _created in chunk:
                 key = (agent or "", scope, status, fingerprint_reason(reason))
@@ -274,7 +275,7 @@ def rebuild_groups() -> None:
             cur.execute(sql)
         for table in (INBOX, MEMBERS, GROUPS):
             cur.execute(f"DELETE FROM {table}")
-        cur.execute(_failed_rows_sql(), list(FAILURE_STATUSES))
+        cur.execute(_failed_rows_sql(), list(AT_RISK_STATUSES))
         rows = cur.fetchall()
         changes: dict[GroupKey, _Change] = {}
         members = []

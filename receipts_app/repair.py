@@ -510,7 +510,7 @@ def duplicate_legacy_repairs() -> list[MemoryDurableReceipt]:
         idempotency_key__startswith="repair-legacy-raw:",
         source_path__startswith=RAW_FALLBACK_PREFIX,
     )
-    paths = sorted(set(legacy.values_list("source_path", flat=True)))
+    paths = sorted({p for p in legacy.values_list("source_path", flat=True) if p})
     duplicates: list[MemoryDurableReceipt] = []
     for start in range(0, len(paths), 500):
         chunk = paths[start : start + 500]
@@ -519,7 +519,8 @@ def duplicate_legacy_repairs() -> list[MemoryDurableReceipt]:
             Q(source_path__in=chunk) | Q(target_path__in=chunk)
         ).order_by("id"):
             for path in {row.source_path, row.target_path} & set(chunk):
-                by_path.setdefault(path, []).append(row)
+                if path:
+                    by_path.setdefault(path, []).append(row)
         for path, rows in by_path.items():
             legacy_rows = [r for r in rows if _is_legacy_row(r)]
             if len(rows) < 2 or not legacy_rows:

@@ -31,7 +31,7 @@ from ..ledger.triggers import GROUPS, INBOX, MEMBERS
 from ..mirror.models import MirroredReceipt, MirroredSession
 from ..models import FailureGroupMember, MemoryDurableReceipt, ReceiptEvent, RequeuePlan
 from ..selectors import ReceiptFilter
-from ..statuses import FAILURE_STATUSES
+from ..statuses import FAILURE_STATUSES, ROW_REQUEUEABLE_STATUSES
 
 # --- overview counts ----------------------------------------------------------------------
 
@@ -58,6 +58,11 @@ class FailureGroup:
     first_seen: int = 0
     last_seen: int = 0
     sample_receipt_id: str = ""
+
+    @property
+    def requeueable(self) -> bool:
+        """Whether "Requeue" can move its rows (a requeued checkpoint is already in flight)."""
+        return self.status in ROW_REQUEUEABLE_STATUSES
 
     @property
     def filter_params(self) -> dict[str, Any]:

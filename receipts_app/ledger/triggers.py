@@ -12,9 +12,9 @@ disagree with the rows a committed transaction left behind.
 - SQLite: row-level triggers that adjust one row per key in place (writers are serialised by
   the database lock anyway, so there is no contention to avoid).
 
-The failure statuses are frozen into the SQL by the migration that installs it; a change of
-``statuses.FAILURE_STATUSES`` needs a migration that re-installs the triggers
-(``manage.py check_counts`` reports the drift until then).
+The statuses that feed the failure groups (``statuses.AT_RISK_STATUSES``) are frozen into the
+SQL by the migration that installs it (0014 now); a change of that list needs a migration that
+re-installs the triggers (``manage.py check_counts`` reports the drift until then).
 """
 
 # Every interpolated name is a constant of this module or a status from statuses.py.

@@ -5,7 +5,10 @@
 - Fingerprints read a bounded prefix of the reason with linear-time masks
   (``receipts_app.failure_groups``): the groups are regrouped here, with writers held off, so
   no kept count refers to an old grouping.
-- PostgreSQL: the truncate trigger also empties the memberships.
+- The triggers feed the groups every status at risk (``statuses.AT_RISK_STATUSES``): the
+  failure statuses and ``checkpoint_requeued``, frozen below; they are re-installed (SQLite)
+  or their functions replaced (PostgreSQL, whose truncate trigger now also empties the
+  memberships).
 
 The regrouping is written out here (the table shapes of this migration), with only the
 fingerprint function imported, so a later change of the live code cannot break it.
@@ -18,20 +21,28 @@ from django.db import migrations, models
 from receipts_app.failure_groups import fingerprint_reason
 from receipts_app.ledger import triggers
 
-# The failure statuses 0007 froze into the triggers: unchanged, so the same list.
-FAILURE_STATUSES = import_module("receipts_app.migrations.0007_ledger_counts").FAILURE_STATUSES
+# Frozen here: the statuses at risk as of this migration (0007's failure statuses, and
+# requeued checkpoints).
+AT_RISK_STATUSES = (
+    *import_module("receipts_app.migrations.0007_ledger_counts").FAILURE_STATUSES,
+    "checkpoint_requeued",
+)
 _T = "receipts_app_memorydurablereceipt"
 
 
 def regroup(apps, schema_editor):
     connection = schema_editor.connection
-    marks = ", ".join(["%s"] * len(FAILURE_STATUSES))
+    vendor = connection.vendor
+    marks = ", ".join(["%s"] * len(AT_RISK_STATUSES))
     with connection.cursor() as cur:
-        for sql in triggers.lock_writers(connection.vendor):
+        for sql in triggers.lock_writers(vendor):
             cur.execute(sql)
-        if connection.vendor == "postgresql":
-            for sql in triggers.postgres_functions(FAILURE_STATUSES):
-                cur.execute(sql)
+        if vendor == "postgresql":
+            statements = triggers.postgres_functions(AT_RISK_STATUSES)
+        else:
+            statements = [*triggers.uninstall(vendor), *triggers.install(vendor, AT_RISK_STATUSES)]
+        for sql in statements:
+            cur.execute(sql)
         for table in (
             "receipts_app_failureinbox",
             "receipts_app_failuregroupmember",
@@ -41,7 +52,7 @@ def regroup(apps, schema_editor):
         cur.execute(
             "SELECT receipt_id, agent_id, scope, status, SUBSTR(reason, 1, 4096), created_at "  # noqa: S608
             f"FROM {_T} WHERE status IN ({marks}) ORDER BY id",
-            list(FAILURE_STATUSES),
+            list(AT_RISK_STATUSES),
         )
         groups: dict[tuple, list] = {}
         members = []
@@ -68,7 +79,15 @@ def regroup(apps, schema_editor):
 
 
 def ungroup(apps, schema_editor):
+    vendor = schema_editor.connection.vendor
+    failure_statuses = AT_RISK_STATUSES[:-1]  # 0007's list
+    if vendor == "postgresql":
+        statements = triggers.postgres_functions(failure_statuses)
+    else:
+        statements = [*triggers.uninstall(vendor), *triggers.install(vendor, failure_statuses)]
     with schema_editor.connection.cursor() as cur:
+        for sql in statements:
+            cur.execute(sql)
         cur.execute("DELETE FROM receipts_app_failuregroupcount")
 
 
