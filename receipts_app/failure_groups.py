@@ -185,18 +185,27 @@ def _agents_of(cur, receipt_ids: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def fold_failure_inbox(batch: int = FOLD_BATCH) -> int:
+def _take_fold_lock(cur, *, wait: bool) -> bool:
+    """One folder at a time on PostgreSQL (SQLite's write lock already serialises them)."""
+    if connection.vendor != "postgresql":
+        return True
+    if wait:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", [_FOLD_LOCK])
+        return True
+    cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [_FOLD_LOCK])
+    return bool(cur.fetchone()[0])
+
+
+def fold_failure_inbox(batch: int = FOLD_BATCH, *, wait: bool = False) -> int:
     """Fold up to ``batch`` inbox entries into memberships and counts; returns how many.
 
-    One transaction, and one folder at a time (on PostgreSQL a second one returns 0 at
-    once): entries are applied in the order they were written, so a receipt's last entry in
-    the batch says whether it is a member now, and where.
+    One transaction, and one folder at a time (on PostgreSQL a second one returns 0 at once,
+    or with ``wait`` waits its turn): entries are applied in the order they were written, so
+    a receipt's last entry in the batch says whether it is a member now, and where.
     """
     with transaction.atomic(), connection.cursor() as cur:
-        if connection.vendor == "postgresql":
-            cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [_FOLD_LOCK])
-            if not cur.fetchone()[0]:
-                return 0
+        if not _take_fold_lock(cur, wait=wait):
+            return 0
         cur.execute(_claim_sql(), [batch])
         entries = sorted(cur.fetchall())
         if not entries:
@@ -233,9 +242,11 @@ def fold_failure_inbox(batch: int = FOLD_BATCH) -> int:
     return len(entries)
 
 
-def fold_all(batch: int = FOLD_BATCH) -> int:
+def fold_all(batch: int = FOLD_BATCH, *, wait: bool = False) -> int:
+    """Fold until the inbox is empty (``wait``: behind a folder already at work, as a check
+    that must see every entry grouped does)."""
     total = 0
-    while folded := fold_failure_inbox(batch):
+    while folded := fold_failure_inbox(batch, wait=wait):
         total += folded
     return total
 
@@ -273,6 +284,7 @@ def rebuild_groups() -> None:
     with transaction.atomic(), connection.cursor() as cur:
         for sql in lock_writers(connection.vendor):
             cur.execute(sql)
+        _take_fold_lock(cur, wait=True)  # and folders: none may apply entries meanwhile
         for table in (INBOX, MEMBERS, GROUPS):
             cur.execute(f"DELETE FROM {table}")
         cur.execute(_failed_rows_sql(), list(AT_RISK_STATUSES))

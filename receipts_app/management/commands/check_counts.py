@@ -58,7 +58,7 @@ class Command(BaseCommand):
                 f"kept {d.stored}, actual {d.actual}"
             )
         # Group what already arrived first: pending entries are not drift.
-        failure_groups.fold_all()
+        failure_groups.fold_all(wait=True)
         kept, actual = failure_groups.stored(), failure_groups.recompute()
         group_drift = sorted(k for k in set(kept) | set(actual) if kept.get(k) != actual.get(k))
         for key in group_drift:
