@@ -18,18 +18,10 @@ from django.db import connection
 
 from opensquilla_site import timeutil
 from receipts_app.counts import CountRow, receipt_counts
+from receipts_app.health import at_risk_by_agent
 from receipts_app.ledger.triggers import T
-from receipts_app.statuses import (
-    FAILURE_STATUSES,
-    MEMORY_SAFETY_ERROR_STATUSES,
-    REPAIR_QUEUE_STATUSES,
-)
+from receipts_app.statuses import AT_RISK_STATUSES, REPAIR_QUEUE_STATUSES
 
-# Memory at risk: failures no worker will retry, plus content not safe anywhere yet (a
-# requeued checkpoint stays at risk until the worker recovers it).
-AT_RISK_STATUSES: tuple[str, ...] = tuple(
-    dict.fromkeys(FAILURE_STATUSES + MEMORY_SAFETY_ERROR_STATUSES)
-)
 # idx_mdr_repair_due's condition as Django writes it (receipts_app/models.py); SQLite uses a
 # partial index only when the query repeats its condition term for term.
 _REPAIR_QUEUE_CONDITION = '"status" IN (' + ", ".join(f"'{s}'" for s in REPAIR_QUEUE_STATUSES) + ")"
@@ -95,8 +87,8 @@ def agent_signals(
         signals = agents.setdefault(row.agent_id, AgentSignals(row.agent_id))
         if row.status in REPAIR_QUEUE_STATUSES:
             signals.backlog += row.count
-        if row.status in AT_RISK_STATUSES:
-            signals.at_risk += row.count
+    for agent, n in at_risk_by_agent(counts).items():  # the one definition of at risk
+        agents.setdefault(agent, AgentSignals(agent)).at_risk = n
     for agent, due_since in oldest_due_repairs(now, counts).items():
         signals = agents.setdefault(agent, AgentSignals(agent))
         signals.oldest_due_repair_age_s = max(0, now - due_since) / 1000

@@ -272,9 +272,11 @@ class FailureInbox(models.Model):
 
 
 class FailureGroupCount(models.Model):
-    """Failed receipts per (scope, status, reason fingerprint), over the whole ledger."""
+    """Failed receipts per (agent, scope, status, reason fingerprint), over the whole ledger:
+    the number of its :class:`FailureGroupMember` rows, kept by ``receipts_app.failure_groups``."""
 
     id = models.BigAutoField(primary_key=True)
+    agent_id = models.CharField(max_length=64, default="", blank=True)
     scope = models.CharField(max_length=64)
     status = models.CharField(max_length=64)
     fingerprint = models.CharField(max_length=300)
@@ -286,10 +288,35 @@ class FailureGroupCount(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["scope", "status", "fingerprint"], name="failure_group_key_uniq"
+                fields=["agent_id", "scope", "status", "fingerprint"],
+                name="failure_group_key_uniq",
             ),
         ]
         indexes = [models.Index(fields=["count"], name="idx_failure_group_count")]
 
     def __str__(self) -> str:
-        return f"{self.scope}/{self.status} {self.fingerprint!r}: {self.count}"
+        return f"{self.agent_id}/{self.scope}/{self.status} {self.fingerprint!r}: {self.count}"
+
+
+class FailureGroupMember(models.Model):
+    """A failed receipt as folded: the group it is counted in. ``id`` is the order receipts
+    joined their groups, so a plan can take a group as it was shown (``id`` up to a mark)."""
+
+    id = models.BigAutoField(primary_key=True)
+    receipt_id = models.CharField(max_length=128, unique=True)
+    agent_id = models.CharField(max_length=64, default="", blank=True)
+    scope = models.CharField(max_length=64)
+    status = models.CharField(max_length=64)
+    fingerprint = models.CharField(max_length=300)
+    created_at = models.BigIntegerField()
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["fingerprint", "agent_id", "scope", "status", "id"],
+                name="idx_failure_member_group",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.receipt_id} in {self.agent_id}/{self.scope}/{self.status}"

@@ -357,11 +357,20 @@ class TerminalRepairsOut(Schema):
     filter: dict[str, Any] = Field(description="the receipt filter listing them")
 
 
+class AtRiskOut(Schema):
+    count: int = Field(
+        description="receipts at risk: the failure statuses and checkpoint_requeued, as the "
+        "overview, the failure groups and /metrics count them"
+    )
+    filter: dict[str, Any] = Field(description="the receipt filter listing them")
+
+
 class HealthOut(Schema):
     agentId: str | None  # noqa: N815
     memorySafety: MemorySafetyOut  # noqa: N815
     semanticMemory: SemanticMemoryOut  # noqa: N815
     terminalRepairs: TerminalRepairsOut  # noqa: N815
+    atRisk: AtRiskOut  # noqa: N815
 
 
 class HealthListOut(Schema):

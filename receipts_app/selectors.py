@@ -25,7 +25,7 @@ from sessions_app.services import get_transcript
 from . import counts
 from .checkpoint import checkpoint_coverage_hash, checkpoint_turn_id
 from .ledger import due_q, list_memory_durable_receipts, literal_prefix
-from .models import MemoryDurableReceipt
+from .models import FailureGroupMember, MemoryDurableReceipt
 from .statuses import CHECKPOINT_SAVED, KNOWN_STATUSES
 
 COUNT_CAP = 10_000
@@ -102,6 +102,20 @@ def _as_bool(name: str, value: Any, errors: dict[str, str]) -> bool | None:
     return None
 
 
+def _fingerprint(value: Any, errors: dict[str, str]) -> str | None:
+    """A group fingerprint; unlike other text, an empty one is a value (reasonless failures)."""
+    if value is None:
+        return None
+    text = str(value)
+    if len(text) > 300:
+        errors["fingerprint"] = "fingerprint is longer than 300 characters"
+        return None
+    if "\x00" in text:
+        errors["fingerprint"] = "fingerprint must not contain NUL characters"
+        return None
+    return text
+
+
 FilterKind = Literal["many", "text", "time", "count", "flag"]
 
 
@@ -140,6 +154,13 @@ RECEIPT_FILTER_FIELDS: tuple[FilterField, ...] = (
     FilterField("attempts_max", "count", "maximum attempt_count"),
     FilterField("due", "flag", "true: due for the repair worker now; false: waiting"),
     FilterField("receipt_id", "many", "a receipt id (repeat or comma-separate)"),
+    FilterField(
+        "fingerprint",
+        "text",
+        "a failure group's error fingerprint, as the overview shows it (empty: no reason); "
+        "with agent, scope and status, exactly the receipts the group counts",
+        300,
+    ),
 )
 _FIELD = {f.param: f for f in RECEIPT_FILTER_FIELDS}
 
@@ -162,6 +183,8 @@ class ReceiptFilter:
     attempts_max: int | None = None
     due: bool | None = None
     receipt_ids: tuple[str, ...] = field(default=())
+    # A failure group's fingerprint ("" is the group of receipts without a reason).
+    fingerprint: str | None = None
 
     PARAMS = tuple(f.param for f in RECEIPT_FILTER_FIELDS)
 
@@ -220,6 +243,7 @@ class ReceiptFilter:
             attempts_max=_as_int("attempts_max", params.get("attempts_max"), errors),
             due=_as_bool("due", params.get("due"), errors),
             receipt_ids=tuple(dict.fromkeys(many("receipt_id")))[: MAX_PAGE_SIZE * 2],
+            fingerprint=_fingerprint(params.get("fingerprint"), errors),
         )
         if errors:
             raise ValidationFailed("; ".join(errors.values()), extra={"fields": errors})
@@ -295,6 +319,11 @@ def filter_receipts(
         qs = qs.filter(due) if f.due else qs.exclude(due)
     if f.receipt_ids:
         qs = qs.filter(receipt_id__in=f.receipt_ids)
+    if f.fingerprint is not None:
+        # The receipts folded into a group of this fingerprint (receipts_app.failure_groups),
+        # not a reason text match: look-alike groups share text, never a fingerprint.
+        members = FailureGroupMember.objects.filter(fingerprint=f.fingerprint)
+        qs = qs.filter(receipt_id__in=members.values("receipt_id"))
     return qs
 
 

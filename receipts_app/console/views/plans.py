@@ -3,8 +3,10 @@ and watch the execution's progress."""
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
@@ -71,13 +73,21 @@ def plan_create(request: HtmxHttpRequest) -> HttpResponse:
 @require_POST
 @console_view(VIEW_PLANS_PERM, OPERATE_PERM)
 def plan_from_group(request: HtmxHttpRequest) -> HttpResponse:
-    """A plan of exactly one overview failure group: its scope, status and error fingerprint
-    (not the reason text's longest piece, which also matches look-alike groups)."""
+    """A plan of exactly one overview failure group as the page showed it: its agent, scope,
+    status and error fingerprint select its members (not the reason text's longest piece,
+    which also matches look-alike groups), up to the page's mark, so receipts that joined
+    the group after the page rendered are left out and counted in a message."""
     post = request.POST
     scope, status = post.get("scope", ""), post.get("status", "")
-    ids = cs.failure_group_receipt_ids(
-        scope=scope, status=status, fingerprint=post.get("fingerprint", "")
+    upto = int_field(post.get("upto"))
+    selection = cs.failure_group_receipt_ids(
+        agent_id=post.get("agent", ""),
+        scope=scope,
+        status=status,
+        fingerprint=post.get("fingerprint", ""),
+        upto=upto,
     )
+    ids = selection.receipt_ids
     if not ids:
         return render_error(
             request,
@@ -98,7 +108,22 @@ def plan_from_group(request: HtmxHttpRequest) -> HttpResponse:
         actor=console_actor(request),
         reason=operator_note(request, NOTE_FIELD),
     )
+    if selection.arrived_since:
+        n = selection.arrived_since
+        messages.info(
+            request,
+            f"{n:,} receipt{pluralize(n)} joined this group after the overview was shown; "
+            "this plan holds only the receipts it showed.",
+        )
     return redirect(reverse("receipts:plan_detail", args=[plan.plan_id]))
+
+
+def int_field(value: str | None) -> int | None:
+    """A whole number from a hidden form field, or None (then the whole group counts)."""
+    try:
+        return int(str(value).strip()) if value not in (None, "") else None
+    except ValueError:
+        return None
 
 
 @require_GET
