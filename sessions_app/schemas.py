@@ -6,13 +6,13 @@ from typing import Any, Literal
 
 from ninja import ModelSchema, Schema
 
-from opensquilla_site.schemas import Int32, JsonValue, KeyText, ShortText, Text
+from opensquilla_site.schemas import Int32, JsonValue, SessionKeyText, ShortText, Text
 
 from .models import Session, TranscriptEntry
 
 
 class SessionIn(Schema):
-    session_key: KeyText
+    session_key: SessionKeyText
     agent_id: ShortText | None = None
 
     model_config = {"extra": "forbid"}
