@@ -72,10 +72,12 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # First: /healthz and /readyz answer before the host check and the HTTPS redirect.
+    # Outermost: every response, whoever answered it, leaves with the same security headers.
+    "opensquilla_site.headers.SecurityHeadersMiddleware",
+    # Next: /healthz and /readyz answer before the host check and the HTTPS redirect.
     "operations_app.probe_views.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    # Outermost of ours: every error under /api/ leaves as JSON, whoever produced it.
+    # Every error under /api/ leaves as JSON, whichever middleware or view below produced it.
     "opensquilla_site.api_http.ApiJsonErrorsMiddleware",
     "opensquilla_site.api_http.ChunkedBodyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -88,7 +90,6 @@ MIDDLEWARE = [
     "opensquilla_site.middleware.RejectNulMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
-    "opensquilla_site.headers.PrivateNoStoreMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
