@@ -25,8 +25,8 @@ def _items(data: object) -> list[tuple[str, str]]:
     return [(key, value) for key, values in lists for value in values]
 
 
-def _bad_names(items: list[tuple[str, object]]) -> list[str]:
-    bad = {key for key, value in items if NUL in key or (isinstance(value, str) and NUL in value)}
+def _bad_names(items: list[tuple[str, str]]) -> list[str]:
+    bad = {key for key, value in items if NUL in key or NUL in value}
     return sorted(key.replace(NUL, "") for key in bad)
 
 
