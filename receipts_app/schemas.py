@@ -19,12 +19,12 @@ from opensquilla_site.schemas import (
     EpochMs,
     IdText,
     Int32,
-    JsonValue,
     KeyText,
     SessionKeyText,
     ShortText,
     Text,
     clean_identifier,
+    clean_json,
     clean_text,
 )
 
@@ -264,7 +264,7 @@ class AcknowledgeOut(Schema):
 
 
 class RequeuePlanIn(Schema):
-    filters: dict[str, JsonValue] = Field(
+    filters: Annotated[dict[str, Any], AfterValidator(clean_json)] = Field(
         default_factory=dict, description="the GET /receipts filter parameters"
     )
     receipt_ids: list[IdText] = Field(default_factory=list, max_length=10_000)

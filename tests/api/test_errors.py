@@ -88,3 +88,14 @@ def test_every_filter_kind_names_a_value_of_the_wrong_type(operator, filters, me
 def test_a_nul_in_an_api_query_string_is_a_422(reader, query):
     body = assert_error(reader.get("/receipts" + query), 422, "validation_error")
     assert "NUL character" in body["detail"]
+
+
+def test_a_nul_in_a_json_object_key_is_a_422(operator):
+    from tests.factories import make_session
+
+    session = make_session("agent:main:webchat:nul-key")
+    message = {"role": "assistant", "content": "x", "tool_calls": [{"na\u0000me": "f"}]}
+    response = operator.post(f"/sessions/{session.session_key}/messages", message)
+    assert_error(response, 422, "validation_error")
+    plan = operator.post("/requeue-plans", {"filters": {"status\u0000": "x"}})
+    assert_error(plan, 422, "validation_error")
