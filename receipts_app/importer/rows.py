@@ -79,12 +79,8 @@ def _names_problem(named: Sequence[tuple[str, str | None]]) -> str | None:
     return None
 
 
-def _session_problem(row: SourceSession) -> str | None:
-    key = canonicalize_session_key(row.session_key)
-    return _names_problem([("session_key", key), ("session_id", row.session_id)])
-
-
-def _entry_problem(row: SourceEntry) -> str | None:
+def _key_problem(row: SourceSession | SourceEntry) -> str | None:
+    # An entry is checked as its session is, so a skipped session's entries are skipped too.
     key = canonicalize_session_key(row.session_key)
     return _names_problem([("session_key", key), ("session_id", row.session_id)])
 
@@ -94,8 +90,8 @@ def _receipt_problem(row: SourceReceipt) -> str | None:
 
 
 _PROBLEM: dict[type, tuple[str, Callable[[Any], str | None]]] = {
-    SourceSession: ("session", _session_problem),
-    SourceEntry: ("transcript entry", _entry_problem),
+    SourceSession: ("session", _key_problem),
+    SourceEntry: ("transcript entry", _key_problem),
     SourceReceipt: ("receipt", _receipt_problem),
 }
 
