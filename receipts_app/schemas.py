@@ -19,10 +19,12 @@ from opensquilla_site.schemas import (
     EpochMs,
     IdText,
     Int32,
-    JsonValue,
     KeyText,
+    SessionKeyText,
     ShortText,
     Text,
+    clean_identifier,
+    clean_json,
     clean_text,
 )
 
@@ -114,11 +116,13 @@ class ReceiptIn(_ReceiptColumns):
     receipt_id: Annotated[IdText, AfterValidator(check_receipt_id)] | None = Field(
         None, description="uuid4 by default; must not contain '/' (one URL path segment)"
     )
-    session_key: KeyText
-    session_id: Annotated[str, Field(min_length=1, max_length=200), AfterValidator(clean_text)]
-    scope: Annotated[str, Field(min_length=1, max_length=64), AfterValidator(clean_text)]
+    session_key: SessionKeyText
+    session_id: Annotated[
+        str, Field(min_length=1, max_length=200), AfterValidator(clean_identifier)
+    ]
+    scope: Annotated[str, Field(min_length=1, max_length=64), AfterValidator(clean_identifier)]
     idempotency_key: KeyText
-    status: Annotated[str, Field(min_length=1, max_length=64), AfterValidator(clean_text)]
+    status: Annotated[str, Field(min_length=1, max_length=64), AfterValidator(clean_identifier)]
     attempt_count: Int32 = 0
     created_at: EpochMs | None = None
     schema_version: Int32 = 1
@@ -126,7 +130,7 @@ class ReceiptIn(_ReceiptColumns):
 
 class ReceiptUpsertIn(ReceiptIn):
     expected_session_id: (
-        Annotated[str, Field(min_length=1, max_length=200), AfterValidator(clean_text)] | None
+        Annotated[str, Field(min_length=1, max_length=200), AfterValidator(clean_identifier)] | None
     ) = Field(None, description="fence: 409 when the session's live generation differs")
 
 
@@ -169,16 +173,16 @@ RECEIPT_OUT_KEYS: tuple[str, ...] = tuple(ReceiptOut.model_fields)
 class ReceiptPatchIn(_ReceiptColumns):
     """Columns to change; only the ones sent are written. Unknown fields are a 422."""
 
-    session_key: KeyText | None = None
+    session_key: SessionKeyText | None = None
     session_id: (
-        Annotated[str, Field(min_length=1, max_length=200), AfterValidator(clean_text)] | None
+        Annotated[str, Field(min_length=1, max_length=200), AfterValidator(clean_identifier)] | None
     ) = None
-    scope: Annotated[str, Field(min_length=1, max_length=64), AfterValidator(clean_text)] | None = (
-        None
-    )
+    scope: (
+        Annotated[str, Field(min_length=1, max_length=64), AfterValidator(clean_identifier)] | None
+    ) = None
     idempotency_key: KeyText | None = None
     status: (
-        Annotated[str, Field(min_length=1, max_length=64), AfterValidator(clean_text)] | None
+        Annotated[str, Field(min_length=1, max_length=64), AfterValidator(clean_identifier)] | None
     ) = None
     attempt_count: Int32 | None = None
     updated_at: EpochMs | None = None
@@ -260,7 +264,7 @@ class AcknowledgeOut(Schema):
 
 
 class RequeuePlanIn(Schema):
-    filters: dict[str, JsonValue] = Field(
+    filters: Annotated[dict[str, Any], AfterValidator(clean_json)] = Field(
         default_factory=dict, description="the GET /receipts filter parameters"
     )
     receipt_ids: list[IdText] = Field(default_factory=list, max_length=10_000)

@@ -202,6 +202,13 @@ class ReceiptFilter:
             raw = getlist(name) if getlist else params.get(name)
             values: list[str] = []
             for item in raw if isinstance(raw, list | tuple) else [raw]:
+                # A JSON filter (a plan, the API) can hold any type where text goes.
+                if item is not None and not isinstance(item, str):
+                    errors[name] = f"{name} must be text or a list of text"
+                    return []
+                if item and "\x00" in item:
+                    errors[name] = f"{name} must not contain NUL characters"
+                    return []
                 values.extend(_as_list(item))
             return values
 
@@ -209,6 +216,9 @@ class ReceiptFilter:
             limit = _FIELD[name].max_length
             value = params.get(name)
             if value is None or str(value).strip() == "":
+                return None
+            if isinstance(value, bool) or not isinstance(value, str | int):
+                errors[name] = f"{name} must be text"
                 return None
             value = str(value)
             if len(value) > limit:

@@ -62,6 +62,8 @@ OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {
     ),
 }
 COVERAGE_COLUMNS = ("coverage_turn_id", "coverage_hash", "coverage_entry_count")
+# Each row's SQLite rowid, read beside its columns so a report can name the source row.
+ROWID = "_rowid"
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ class SourceSession:
     epoch: int
     created_at: int
     updated_at: int
+    rowid: int | None = None  # the source row, named when the row is reported
 
 
 @dataclass(frozen=True)
@@ -88,10 +91,15 @@ class SourceEntry:
     token_count: int | None
     created_at: int
 
+    @property
+    def rowid(self) -> int:
+        return self.id  # INTEGER PRIMARY KEY: the id is the rowid
+
 
 @dataclass(frozen=True)
 class SourceReceipt:
     values: dict[str, Any]
+    rowid: int | None = None
 
     @property
     def receipt_id(self) -> str:
@@ -196,9 +204,11 @@ class SourceDatabase:
         self, table: str, order_by: str, where: str = "", params: tuple[Any, ...] = ()
     ) -> Iterator[list[dict[str, Any]]]:
         present = self.columns[table]
-        wanted = REQUIRED_COLUMNS[table] + OPTIONAL_COLUMNS[table]
+        wanted = REQUIRED_COLUMNS[table] + OPTIONAL_COLUMNS[table] + (ROWID,)
         # Table and column names come from the constants above, never from the source file.
-        select = ", ".join(c if c in present else f"NULL AS {c}" for c in wanted)
+        select = ", ".join(c if c in present else f"NULL AS {c}" for c in wanted if c != ROWID) + (
+            f", rowid AS {ROWID}" if self._has_rowid(table) else f", NULL AS {ROWID}"
+        )
         condition = f" WHERE {where}" if where else ""
         cursor = self._run(
             f"SELECT {select} FROM {table}{condition} ORDER BY {order_by}",  # noqa: S608
@@ -266,9 +276,10 @@ class SourceDatabase:
         """SQLite's per-connection change counter: it moves when another connection commits."""
         return int(self._run("PRAGMA data_version").fetchone()[0])
 
-    def _has_rowid(self) -> bool:
+    def _has_rowid(self, table: str = "memory_durable_receipts") -> bool:
+        # Table names come from the constants above, never from the source file.
         try:
-            self.conn.execute("SELECT rowid FROM memory_durable_receipts LIMIT 1")
+            self.conn.execute(f"SELECT rowid FROM {table} LIMIT 1")  # noqa: S608
         except sqlite3.DatabaseError:
             return False
         return True
@@ -365,6 +376,7 @@ def _session(row: dict[str, Any]) -> SourceSession:
         epoch=epoch,
         created_at=_int(row["created_at"], f"{what}: created_at", required=True),
         updated_at=_int(row["updated_at"], f"{what}: updated_at", required=True),
+        rowid=row[ROWID],
     )
 
 
@@ -424,4 +436,4 @@ def _receipt(row: dict[str, Any]) -> SourceReceipt:
     values["created_at"] = _int(row["created_at"], f"{what}: created_at", required=True)
     values["updated_at"] = _int(row["updated_at"], f"{what}: updated_at", required=True)
     values["schema_version"] = _int(row["schema_version"], f"{what}: schema_version", default=1)
-    return SourceReceipt(values=values)
+    return SourceReceipt(values=values, rowid=row[ROWID])
