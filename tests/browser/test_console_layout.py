@@ -328,9 +328,17 @@ def test_failure_groups_keep_the_fingerprint_beside_its_button(browser, live_ser
     _check(page, "overview at 390px")
     assert problems == []
     context.close()
+    # On a wide screen the groups stay a table with its column heads.
+    context, page, problems = _phone(browser, live_server.url, 1400)
+    page.wait_for_selector("table.time-at-risk tbody tr")
+    assert page.locator("table.failure-groups thead th").first.is_visible()
+    _check(page, "overview at 1400px")
+    screenshot(page, "wide-1400-overview-groups")
+    assert problems == []
+    context.close()
 
 
-def test_tap_targets_and_escape_on_a_phone(browser, live_server):
+def test_tap_targets_and_escape_on_a_phone(browser, live_server, screenshot):
     _seed_phone_pages()
     context, page, problems = _phone(browser, live_server.url)
     for path in ("/", "/receipts/?status=checkpoint_failed", "/audit/"):
@@ -346,7 +354,8 @@ def test_tap_targets_and_escape_on_a_phone(browser, live_server):
     row.locator('[data-action="row-requeue-open"]').click()
     reason = row.locator('input[name="reason"]')
     reason.fill("half typed")
-    assert reason.is_visible()
+    assert reason.is_visible() and reason.evaluate(IN_VIEW)
+    screenshot(page, "phone-390-row-form-open")
     page.keyboard.press("Escape")
     assert not reason.is_visible()
     assert row.locator("details.row-action").get_attribute("open") is None
