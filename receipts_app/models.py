@@ -13,6 +13,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 
+from opensquilla_site.acting import SURFACES as ACTING_SURFACES
 from opensquilla_site.timeutil import now_ms
 
 from .statuses import REPAIR_QUEUE_STATUSES
@@ -159,7 +160,7 @@ class ReceiptEvent(models.Model):
     when a session delete cascades its rows.
     """
 
-    SURFACES = ("console", "admin", "api", "cli", "worker", "system")
+    SURFACES = ACTING_SURFACES
 
     id = models.BigAutoField(primary_key=True)
     # Indexed by idx_event_receipt (receipt_id, created_at, id), whose prefix serves every
@@ -266,6 +267,10 @@ class FailureInbox(models.Model):
     reason = models.TextField(null=True, blank=True)
     created_at = models.BigIntegerField()
     sign = models.SmallIntegerField()
+
+    class Meta:
+        verbose_name = "failure inbox entry"
+        verbose_name_plural = "failure inbox entries"
 
     def __str__(self) -> str:
         return f"{self.sign:+d} {self.scope}/{self.status} {self.receipt_id}"

@@ -66,6 +66,7 @@ class TranscriptEntry(models.Model):
     created_at = models.BigIntegerField(default=now_ms)
 
     class Meta:
+        verbose_name_plural = "transcript entries"
         ordering = ["created_at", "id"]
         indexes = [
             models.Index(
@@ -103,6 +104,7 @@ class CompactionSummary(models.Model):
     created_at = models.BigIntegerField(default=now_ms)
 
     class Meta:
+        verbose_name_plural = "compaction summaries"
         ordering = ["created_at", "id"]
         indexes = [
             # The repair scan: degraded rows, oldest first.
@@ -133,6 +135,7 @@ class CompactedTranscriptEntry(models.Model):
     created_at = models.BigIntegerField(default=now_ms)
 
     class Meta:
+        verbose_name_plural = "compacted transcript entries"
         ordering = ["created_at", "original_entry_id", "id"]
         indexes = [
             models.Index(

@@ -381,25 +381,36 @@ def get_memory_durable_receipt(receipt_id: str) -> MemoryDurableReceipt:
 
 
 def purge_receipts_for_session_key(session_key: str) -> int:
-    """Delete every receipt of a key (all generations); called inside the session delete."""
+    """Delete every receipt of a key (all generations); called inside the session delete.
+
+    The audit trail keeps one ``purged`` event per receipt and one ``session_deleted`` event
+    for the key (also when it had no receipts), with the actor of the surface that deleted it.
+    """
     rows = list(
         MemoryDurableReceipt.objects.filter(session_key=session_key).values_list(
             "receipt_id", "status"
         )
     )
-    if not rows:
-        return 0
-    MemoryDurableReceipt.objects.filter(session_key=session_key).delete()
+    if rows:
+        MemoryDurableReceipt.objects.filter(session_key=session_key).delete()
     audit.record_events(
         [
+            *(
+                audit.build_event(
+                    receipt_id=rid,
+                    session_key=session_key,
+                    action="purged",
+                    from_status=status,
+                    reason="session deleted",
+                )
+                for rid, status in rows
+            ),
             audit.build_event(
-                receipt_id=rid,
+                receipt_id="",
                 session_key=session_key,
-                action="purged",
-                from_status=status,
-                reason="session deleted",
-            )
-            for rid, status in rows
+                action="session_deleted",
+                details={"receipts_purged": len(rows)},
+            ),
         ]
     )
     return len(rows)

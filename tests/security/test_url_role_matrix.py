@@ -223,21 +223,23 @@ EXPECTED: dict[tuple[str, str], Rule] = {
     # Tokens are created with their plaintext shown once (CLI/API), never in a form.
     **_admin_model("opensquilla_site_apitoken", add=NOBODY),
     **_admin_model("opensquilla_site_idempotentrequest", add=NOBODY),
-    **_admin_model("sessions_app_session"),
+    # Sessions come from agents, the API and imports; the admin deletes one through the
+    # session service (cascade and audit), as the API does, and adds none.
+    **_admin_model("sessions_app_session", add=NOBODY),
     # Transcripts and receipts change only through the services (which leave events): the
     # admin shows them read-only and never adds or deletes them.
     **_admin_model("sessions_app_transcriptentry", add=NOBODY, delete=NOBODY),
     **_admin_model("receipts_app_memorydurablereceipt", add=NOBODY, delete=NOBODY),
     # The audit log is append-only: readable, never added, changed or deleted by hand.
     **_admin_model("receipts_app_receiptevent", add=NOBODY, delete=NOBODY),
-    **_admin_model("receipts_app_requeueplan", add=NOBODY),
+    **_admin_model("receipts_app_requeueplan", add=NOBODY, delete=NOBODY),
     # Operations: alert rules are the admins'; the rest is written by the system, read-only.
     **_admin_model("operations_app_alertrule"),
-    **_admin_model("operations_app_alertdelivery", add=NOBODY),
-    **_admin_model("operations_app_alertincident", add=NOBODY),
-    **_admin_model("operations_app_heartbeat", add=NOBODY),
-    **_admin_model("operations_app_opscounter", add=NOBODY),
-    **_admin_model("operations_app_taskstat", add=NOBODY),
+    **_admin_model("operations_app_alertdelivery", add=NOBODY, delete=NOBODY),
+    **_admin_model("operations_app_alertincident", add=NOBODY, delete=NOBODY),
+    **_admin_model("operations_app_heartbeat", add=NOBODY, delete=NOBODY),
+    **_admin_model("operations_app_opscounter", add=NOBODY, delete=NOBODY),
+    **_admin_model("operations_app_taskstat", add=NOBODY, delete=NOBODY),
 }
 
 # --- enumerating the URLs -------------------------------------------------------------------
