@@ -16,12 +16,16 @@ from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from .tokens import authenticate_token
+from .tokens import authenticate_token, effective_scope
 
 
 def _has_valid_token(request: HttpRequest) -> bool:
     scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and authenticate_token(credential) is not None
+    if scheme.lower() != "bearer":
+        return False
+    token = authenticate_token(credential)
+    # A token whose user lost every role opens nothing, here as at the API.
+    return token is not None and effective_scope(token) is not None
 
 
 def docs_access(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:

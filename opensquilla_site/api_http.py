@@ -71,9 +71,11 @@ class ApiJsonErrorsMiddleware:
             code = "csrf_failed"
         rewritten = JsonResponse({**extra, "detail": detail, "code": code})
         rewritten.status_code = response.status_code
-        for header in ("Allow", "Retry-After", "WWW-Authenticate"):
-            if header in response:
-                rewritten[header] = response[header]
+        # Every header but the body's own (Allow on a 405, Retry-After, the cache rule, …).
+        for header, value in response.items():
+            if header.lower() not in ("content-type", "content-length"):
+                rewritten[header] = value
+        rewritten.cookies = response.cookies
         return rewritten
 
 

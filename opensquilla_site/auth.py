@@ -25,8 +25,8 @@ from ninja.utils import check_csrf
 
 from .exceptions import PermissionDeniedError
 from .models import ApiToken
-from .roles import scope_for_user, scope_of_annotated
-from .tokens import authenticate_token, lower_scope, scope_allows
+from .roles import scope_for_user
+from .tokens import authenticate_token, effective_scope, scope_allows
 
 
 class CsrfFailed(PermissionDeniedError):
@@ -77,10 +77,9 @@ class BearerTokenAuth(HttpBearer):
             # A presented token that does not work is an error, never a fall-through to
             # the session cookie: a script must learn that its token is dead.
             raise AuthenticationError(message="invalid, unknown or revoked API token")
-        role_scope = scope_of_annotated(api_token)
-        if role_scope is None:
+        scope = effective_scope(api_token)
+        if scope is None:
             raise PermissionDeniedError("the token's user has no role that may use the API")
-        scope = lower_scope(api_token.scope, role_scope)
         return _require(
             Principal(user=api_token.user, scope=scope, token=api_token), self.required_scope
         )

@@ -3,6 +3,8 @@
 Every text input rejects NUL characters and unpaired surrogates, and every number is bounded
 to what the column holds: PostgreSQL cannot store either character, and SQLite cannot store
 an integer past 64 bits, so such input must be a 422 here, never a 500 at the database.
+Identifiers (keys, ids, scopes, statuses) also reject control characters
+(``opensquilla_site.identifiers``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Annotated, Any, Literal
 from django.urls import register_converter
 from ninja import Schema
 from pydantic import AfterValidator, Field
+
+from .identifiers import control_character_problem
 
 INT32_MAX = 2**31 - 1
 MS_MAX = 10**15  # the ledger's "a time past this is a typo" bound (receipts_app.selectors)
@@ -25,6 +29,25 @@ def clean_text(value: str) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ValueError("must be valid Unicode text") from exc
+    return value
+
+
+def clean_identifier(value: str) -> str:
+    """Text that names a row (a key, an id, a scope, a status): no control characters."""
+    value = clean_text(value)
+    problem = control_character_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def clean_session_key(value: str) -> str:
+    """A session key: surrounding whitespace is dropped by canonicalisation (as upstream does),
+    so only what stays, the key itself, must be free of control characters."""
+    value = clean_text(value)
+    problem = control_character_problem(value.strip())
+    if problem is not None:
+        raise ValueError(problem)
     return value
 
 
@@ -67,10 +90,14 @@ def _clean_json(value: Any) -> Any:
     return value
 
 
-ShortText = Annotated[str, Field(max_length=64), AfterValidator(clean_text)]
-IdText = Annotated[str, Field(max_length=128), AfterValidator(clean_text)]
+ShortText = Annotated[str, Field(max_length=64), AfterValidator(clean_identifier)]
+IdText = Annotated[str, Field(max_length=128), AfterValidator(clean_identifier)]
 Text = Annotated[str, Field(max_length=1_000_000), AfterValidator(clean_text)]
-KeyText = Annotated[str, Field(min_length=1, max_length=4000), AfterValidator(clean_text)]
+# An idempotency key (or any other long identifier).
+KeyText = Annotated[str, Field(min_length=1, max_length=4000), AfterValidator(clean_identifier)]
+SessionKeyText = Annotated[
+    str, Field(min_length=1, max_length=4000), AfterValidator(clean_session_key)
+]
 JsonValue = Annotated[Any, AfterValidator(clean_json)]
 Int32 = Annotated[int, Field(ge=0, le=INT32_MAX)]
 EpochMs = Annotated[int, Field(ge=0, le=MS_MAX)]
@@ -150,3 +177,17 @@ class SessionKeyConverter:
 
 
 register_converter(SessionKeyConverter, "sessionkey")
+
+
+class AnyTextConverter(SessionKeyConverter):
+    """A stored key or id in a console URL, whatever it holds.
+
+    New keys and ids cannot contain control characters, but a row stored before that rule (or
+    written to the database by hand) may: Django's ``path`` converter cannot reverse a value
+    with a line break (``NoReverseMatch``, a 500 on every page listing the row). This one
+    matches any character; ``reverse`` percent-encodes it (``%0A``) and the request decodes it
+    back, so the page opens and links to the row.
+    """
+
+
+register_converter(AnyTextConverter, "anytext")

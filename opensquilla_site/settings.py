@@ -61,7 +61,6 @@ INSTALLED_APPS = [
     # {% partialdef %}: a page template names its fragments, and an htmx request renders
     # just the one it targets (receipts_app.console.helpers.render_page).
     "template_partials",
-    "django_ratelimit",
     "csp",
     "ninja",
     "opensquilla_site",
@@ -72,10 +71,12 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # First: /healthz and /readyz answer before the host check and the HTTPS redirect.
+    # Outermost: every response, whoever answered it, leaves with the same security headers.
+    "opensquilla_site.headers.SecurityHeadersMiddleware",
+    # Next: /healthz and /readyz answer before the host check and the HTTPS redirect.
     "operations_app.probe_views.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    # Outermost of ours: every error under /api/ leaves as JSON, whoever produced it.
+    # Every error under /api/ leaves as JSON, whichever middleware or view below produced it.
     "opensquilla_site.api_http.ApiJsonErrorsMiddleware",
     "opensquilla_site.api_http.ChunkedBodyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -88,7 +89,6 @@ MIDDLEWARE = [
     "opensquilla_site.middleware.RejectNulMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
-    "opensquilla_site.headers.PrivateNoStoreMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     # Last: runs a console page inside the gateway its ?gateway= names.
     "receipts_app.console.middleware.ConsoleGatewayMiddleware",
@@ -198,6 +198,10 @@ OPENSQUILLA_FLUSH_BASE_URL = os.environ.get("OPENSQUILLA_FLUSH_BASE_URL", "")
 OPENSQUILLA_FLUSH_API_KEY = os.environ.get("OPENSQUILLA_FLUSH_API_KEY", "")
 OPENSQUILLA_FLUSH_MODEL = os.environ.get("OPENSQUILLA_FLUSH_MODEL", "")
 OPENSQUILLA_FLUSH_TIMEOUT = float(os.environ.get("OPENSQUILLA_FLUSH_TIMEOUT", "120"))
+# Upstream's privacy switch: flushes send the provider no request correlation (docs/WORKERS.md).
+OPENSQUILLA_PRIVACY_DISABLE_NETWORK_OBSERVABILITY = env_bool(
+    "OPENSQUILLA_PRIVACY_DISABLE_NETWORK_OBSERVABILITY"
+)
 OPENSQUILLA_REPAIR_INTERVAL_SECONDS = float(
     os.environ.get("OPENSQUILLA_REPAIR_INTERVAL_SECONDS", "60")
 )
@@ -268,8 +272,9 @@ CELERY_BEAT_SCHEDULE = {
 }
 
 # --- Caches and login rate limiting ------------------------------------------------------
-# django-ratelimit needs a cache every web process shares. Scale-out uses Redis; the embedded
-# default uses the filesystem under var/, shared by the local web workers.
+# The login limit (opensquilla_site/login_limit.py) needs a cache every web process shares.
+# Scale-out uses Redis; the embedded default uses the filesystem under var/, shared by the
+# local web workers.
 _CACHE_URL = os.environ.get("CACHE_URL") or (
     CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else ""
 )
@@ -280,20 +285,16 @@ if _CACHE_URL:
             "LOCATION": _CACHE_URL,
         },
     }
-    # Django's own RedisCache increments atomically (INCR); django-ratelimit only lists the
-    # third-party django-redis backend as supported, hence its warning.
-    SILENCED_SYSTEM_CHECKS = ["django_ratelimit.W001"]
 else:
+    # The filesystem cache's increment is not atomic, so two simultaneous failed logins can be
+    # counted once; on one machine that loosens the limit slightly and never disables it.
     CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
             "LOCATION": str(VAR_DIR / "cache"),
         },
     }
-    # The filesystem cache's increment is not atomic, so two simultaneous failed logins can be
-    # counted once; on one machine that loosens the limit slightly and never disables it.
-    SILENCED_SYSTEM_CHECKS = ["django_ratelimit.E003", "django_ratelimit.W001"]
-RATELIMIT_USE_CACHE = "default"
+# Sliding windows: "N/s|m|h|d", or "N/<k><unit>" ("10/5m").
 LOGIN_RATE_PER_IP = os.environ.get("OPENSQUILLA_LOGIN_RATE_PER_IP", "20/m")
 LOGIN_RATE_PER_USER = os.environ.get("OPENSQUILLA_LOGIN_RATE_PER_USER", "5/m")
 # Behind a reverse proxy: the header it sets with the client's address (see client_ip.py).

@@ -21,7 +21,7 @@ from django.db import connection, transaction
 
 from . import prepared_sql
 from .models import ApiToken
-from .roles import grant_columns_sql, scope_for_user
+from .roles import grant_columns_sql, scope_for_user, scope_of_annotated
 from .timeutil import now_ms
 
 TOKEN_PREFIX = "osq"
@@ -44,6 +44,19 @@ def scope_allows(granted: str, required: str) -> bool:
 
 def lower_scope(a: str, b: str) -> str:
     return a if SCOPES.index(a) <= SCOPES.index(b) else b
+
+
+def effective_scope(token: ApiToken) -> str | None:
+    """The scope ``token`` acts with now: the lower of its own and its user's current role's.
+
+    None when the user has no role (or is inactive): such a token opens nothing. Every door
+    that takes a token (the API, ``/metrics``, the API docs) asks this, so a token never
+    outranks its user anywhere. ``token`` comes from ``authenticate_token`` (grants read).
+    """
+    role_scope = scope_of_annotated(token)
+    if role_scope is None:
+        return None
+    return lower_scope(token.scope, role_scope)
 
 
 def create_api_token(*, user: User, name: str, scope: str) -> tuple[ApiToken, str]:

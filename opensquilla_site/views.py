@@ -2,50 +2,28 @@
 
 from __future__ import annotations
 
-import unicodedata
-
 from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse, HttpResponseServerError, JsonResponse
 from django.shortcuts import render
-from django_ratelimit.core import is_ratelimited
 
+from . import login_limit
 from .client_ip import client_ip
 
 LOCKOUT_MESSAGE = "Too many sign-in attempts. Wait a minute and try again."
 
 
-def _username_key(_group: str, request: HttpRequest) -> str:
-    """The name as Django will look it up (NFKC, like ``normalize_username``), case-folded:
-    a fullwidth or differently-cased look-alike of a locked name counts against the same
-    budget."""
-    raw = request.POST.get("username") or ""
-    return unicodedata.normalize("NFKC", raw).casefold().strip()
-
-
-def _ip_key(_group: str, request: HttpRequest) -> str:
-    return client_ip(request)
-
-
 def _login_throttled(request: HttpRequest) -> bool:
-    """Count this POST against the per-IP and per-username budgets; True when over either."""
-    by_ip = is_ratelimited(
-        request,
-        group="login-ip",
-        key=_ip_key,
-        rate=settings.LOGIN_RATE_PER_IP,
-        method="POST",
-        increment=True,
+    """Count this POST against the per-IP and per-name budgets (sliding windows,
+    ``login_limit``); True when over either. Both are counted, whichever refuses."""
+    name = login_limit.username_key(request.POST.get("username") or "")
+    by_ip = login_limit.attempt(
+        "ip", client_ip(request), login_limit.parse_rate(settings.LOGIN_RATE_PER_IP)
     )
-    by_user = is_ratelimited(
-        request,
-        group="login-user",
-        key=_username_key,
-        rate=settings.LOGIN_RATE_PER_USER,
-        method="POST",
-        increment=True,
+    by_user = login_limit.attempt(
+        "user", name, login_limit.parse_rate(settings.LOGIN_RATE_PER_USER)
     )
-    return bool(by_ip or by_user)
+    return by_ip or by_user
 
 
 class RateLimitedLoginView(auth_views.LoginView):

@@ -1,6 +1,8 @@
 """Django admin for operations. Alert rules use the console's form (secrets masked, the same
 checks); deliveries, attempts, incidents, heartbeats, counters and task statistics are records
-the system writes, so they are read-only here.
+the system writes, so they are read-only here: nothing can be added, changed or deleted behind
+the services that keep them (an incident deleted by hand would be notified again, a counter
+deleted would run backwards on /metrics). Times show as UTC dates (``admin_dates``).
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+
+from opensquilla_site.admin_dates import ShowOnlyAdmin, with_dates
+from opensquilla_site.timeutil import ms_text
 
 from .alerts.forms import AlertRuleForm
 from .alerts.service import send_test, store_rule
@@ -25,11 +30,14 @@ from .models import (
 )
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(ShowOnlyAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 
@@ -68,8 +76,12 @@ class AttemptInline(admin.TabularInline):
     model = AlertDeliveryAttempt
     extra = 0
     can_delete = False
-    fields = ("number", "attempted_at", "ok", "status_code", "error", "duration_ms")
+    fields = ("number", "attempted", "ok", "status_code", "error", "duration_ms")
     readonly_fields = fields
+
+    @admin.display(description="attempted at")
+    def attempted(self, obj: AlertDeliveryAttempt) -> str:
+        return ms_text(obj.attempted_at)
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -77,7 +89,9 @@ class AttemptInline(admin.TabularInline):
 
 @admin.register(AlertDelivery)
 class AlertDeliveryAdmin(ReadOnlyAdmin):
-    list_display = ("id", "rule", "kind", "state", "attempts", "created_at", "sent_at")
+    list_display = with_dates(
+        AlertDelivery, ("id", "rule", "kind", "state", "attempts", "created_at", "sent_at")
+    )
     list_filter = ("state", "kind")
     list_select_related = ("rule",)
     inlines = (AttemptInline,)
@@ -89,14 +103,16 @@ class AlertDeliveryAdmin(ReadOnlyAdmin):
 
 @admin.register(AlertIncident)
 class AlertIncidentAdmin(ReadOnlyAdmin):
-    list_display = ("rule", "subject", "opened_at", "resolved_at", "notified")
+    list_display = with_dates(
+        AlertIncident, ("rule", "subject", "opened_at", "resolved_at", "notified")
+    )
     list_filter = ("notified",)
     list_select_related = ("rule",)
 
 
 @admin.register(Heartbeat)
 class HeartbeatAdmin(ReadOnlyAdmin):
-    list_display = ("kind", "name", "state", "seen_at", "started_at")
+    list_display = with_dates(Heartbeat, ("kind", "name", "state", "seen_at", "started_at"))
 
 
 @admin.register(OpsCounter)
@@ -106,4 +122,6 @@ class OpsCounterAdmin(ReadOnlyAdmin):
 
 @admin.register(TaskStat)
 class TaskStatAdmin(ReadOnlyAdmin):
-    list_display = ("task", "runs", "failures", "duration_sum_ms", "last_run_at")
+    list_display = with_dates(
+        TaskStat, ("task", "runs", "failures", "duration_sum_ms", "last_run_at")
+    )

@@ -18,18 +18,10 @@ from django.db import connection
 
 from opensquilla_site import timeutil
 from receipts_app.counts import CountRow, receipt_counts
+from receipts_app.health import at_risk_by_agent
 from receipts_app.ledger.triggers import T
-from receipts_app.statuses import (
-    FAILURE_STATUSES,
-    MEMORY_SAFETY_ERROR_STATUSES,
-    REPAIR_QUEUE_STATUSES,
-)
+from receipts_app.statuses import AT_RISK_STATUSES, REPAIR_QUEUE_STATUSES
 
-# Memory at risk: failures no worker will retry, plus content not safe anywhere yet (a
-# requeued checkpoint stays at risk until the worker recovers it).
-AT_RISK_STATUSES: tuple[str, ...] = tuple(
-    dict.fromkeys(FAILURE_STATUSES + MEMORY_SAFETY_ERROR_STATUSES)
-)
 # idx_mdr_repair_due's condition as Django writes it (receipts_app/models.py); SQLite uses a
 # partial index only when the query repeats its condition term for term.
 _REPAIR_QUEUE_CONDITION = '"status" IN (' + ", ".join(f"'{s}'" for s in REPAIR_QUEUE_STATUSES) + ")"
@@ -60,29 +52,43 @@ def _probe(parts: list[str], params: list[Any]) -> dict[str, int]:
 def oldest_due_repairs(now: int, counts: list[CountRow]) -> dict[str, int]:
     """Per agent, since when (epoch ms) its oldest due repair has been due: the smallest
     ``COALESCE(next_retry_at_ms, created_at)`` not after ``now``, one probe of
-    ``idx_mdr_repair_due`` per agent with queued repairs (the WHERE repeats that partial
+    ``idx_mdr_repair_due`` per (gateway, agent) of the counts with queued repairs (the WHERE repeats that partial
     index's condition word for word, so every backend's planner may use it)."""
-    agents = sorted({r.agent_id for r in counts if r.status in REPAIR_QUEUE_STATUSES and r.count})
+    pairs = sorted(
+        {
+            (r.gateway_id, r.agent_id)
+            for r in counts
+            if r.status in REPAIR_QUEUE_STATUSES and r.count
+        }
+    )
     parts = [
         f"SELECT %s, (SELECT MIN(COALESCE(next_retry_at_ms, created_at)) FROM {T} "
-        f"WHERE {_REPAIR_QUEUE_CONDITION} AND agent_id = %s "
+        f"WHERE {_REPAIR_QUEUE_CONDITION} AND agent_id = %s AND gateway_id = %s "
         "AND COALESCE(next_retry_at_ms, created_at) <= %s)"
-        for _ in agents
+        for _ in pairs
     ]
-    return _probe(parts, [p for agent in agents for p in (agent, agent, now)])
+    params = [p for gateway, agent in pairs for p in (agent, agent, gateway, now)]
+    return _probe(parts, params)
 
 
 def oldest_at_risk(counts: list[CountRow]) -> dict[str, int]:
     """Per agent, the creation time (epoch ms) of its oldest receipt at risk: one probe of
-    ``idx_mdr_agent_status`` per (agent, status) the counts table says has rows."""
-    pairs = sorted(
-        {(r.agent_id, r.status) for r in counts if r.status in AT_RISK_STATUSES and r.count}
+    ``idx_mdr_agent_status`` per (gateway, agent, status) the counts say has rows (so counts
+    scoped to one gateway read only that gateway's rows)."""
+    keys = sorted(
+        {
+            (r.gateway_id, r.agent_id, r.status)
+            for r in counts
+            if r.status in AT_RISK_STATUSES and r.count
+        }
     )
     parts = [
-        f"SELECT %s, (SELECT MIN(created_at) FROM {T} WHERE agent_id = %s AND status = %s)"
-        for _ in pairs
+        f"SELECT %s, (SELECT MIN(created_at) FROM {T} "
+        "WHERE agent_id = %s AND status = %s AND gateway_id = %s)"
+        for _ in keys
     ]
-    return _probe(parts, [p for agent, status in pairs for p in (agent, agent, status)])
+    params = [p for gateway, agent, status in keys for p in (agent, agent, status, gateway)]
+    return _probe(parts, params)
 
 
 def agent_signals(
@@ -95,8 +101,8 @@ def agent_signals(
         signals = agents.setdefault(row.agent_id, AgentSignals(row.agent_id))
         if row.status in REPAIR_QUEUE_STATUSES:
             signals.backlog += row.count
-        if row.status in AT_RISK_STATUSES:
-            signals.at_risk += row.count
+    for agent, n in at_risk_by_agent(counts).items():  # the one definition of at risk
+        agents.setdefault(agent, AgentSignals(agent)).at_risk = n
     for agent, due_since in oldest_due_repairs(now, counts).items():
         signals = agents.setdefault(agent, AgentSignals(agent))
         signals.oldest_due_repair_age_s = max(0, now - due_since) / 1000

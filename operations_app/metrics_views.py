@@ -1,5 +1,8 @@
 """``GET /metrics``: Prometheus text, for a read-scope Bearer token or an allowed network.
 
+A token acts with the lower of its own scope and its user's current role
+(``tokens.effective_scope``, the API's rule): a token whose user lost every role gets 403.
+
 A logged-in console user with any role may read it too (the API's rule for session callers).
 
 The network allowance reads ``REMOTE_ADDR`` only: a forwarded-for header is whatever the
@@ -17,7 +20,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from opensquilla_site.auth import scope_for_user
-from opensquilla_site.tokens import authenticate_token, scope_allows
+from opensquilla_site.tokens import authenticate_token, effective_scope, scope_allows
 
 from .metrics import CONTENT_TYPE, render_metrics
 
@@ -56,7 +59,11 @@ def metrics(request: HttpRequest) -> HttpResponse:
         token = authenticate_token(plaintext) if scheme.lower() == "bearer" else None
         if token is None:
             return _refuse(401, "invalid, unknown or revoked API token", "unauthorized")
-        if not scope_allows(token.scope, "read"):  # pragma: no cover - every scope includes read
+        # The API's rule: a token acts with at most its user's current role.
+        scope = effective_scope(token)
+        if scope is None:
+            return _refuse(403, "the token's user has no role that may read metrics", "forbidden")
+        if not scope_allows(scope, "read"):  # pragma: no cover - every scope includes read
             return _refuse(403, "this call needs the 'read' scope", "forbidden")
     elif request.user.is_authenticated:
         # A console user with a role may open it in the browser, as with the JSON API.

@@ -172,6 +172,7 @@ class AlertDelivery(models.Model):
     sent_at = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
+        verbose_name_plural = "alert deliveries"
         ordering = ["-created_at", "-id"]
         indexes = [
             models.Index(fields=["rule", "created_at"], name="ops_delivery_rule"),
@@ -240,6 +241,8 @@ class RiskDaily(models.Model):
     duration_sum_ms = models.BigIntegerField(default=0)
 
     class Meta:
+        verbose_name = "daily risk total"
+        verbose_name_plural = "daily risk totals"
         ordering = ["day", "agent_id"]
         constraints = [
             models.UniqueConstraint(fields=["day", "agent_id"], name="ops_risk_daily_uniq")

@@ -10,6 +10,9 @@ imports, the mirror, requeues, raw SQL) at no cost to the writes, which osq15 ke
   receipt's ``updated_at`` (the resolving write) with that status as its resolution; a receipt
   that vanished (session deleted) is closed as ``purged``. Intermediate states (requeued,
   repair pending or running) keep the interval open: memory is not safe yet.
+- "At risk now" (open failures, and since when) is read from the ledger by the one definition
+  (``receipts_app.health.at_risk_by_agent``), not from the intervals, so the panel says what
+  the overview's cards, its failure groups and ``/metrics`` say, with no lag.
 - Every close adds one to the daily rollup of its agent and day, in the same transaction, so the
   30/90-day mean time to recovery reads at most 90 rows per agent whatever the ledger's size.
 """
@@ -20,14 +23,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, F, Max, Min, Q
+from django.db.models import F, Max, Q
 
 from opensquilla_site import timeutil
+from receipts_app.counts import receipt_counts
+from receipts_app.health import at_risk_by_agent
 from receipts_app.models import MemoryDurableReceipt
-from receipts_app.statuses import RESOLVED_STATUSES, SUCCESS_STATUSES
+from receipts_app.statuses import AT_RISK_STATUSES, RESOLVED_STATUSES, SUCCESS_STATUSES
 
 from .counters import read_counters
-from .ledger_state import AT_RISK_STATUSES
+from .ledger_state import oldest_at_risk
 from .models import OpsCounter, RiskDaily, RiskInterval
 
 CLOSING_STATUSES: tuple[str, ...] = tuple(dict.fromkeys(RESOLVED_STATUSES + SUCCESS_STATUSES))
@@ -154,8 +159,9 @@ def _set_mark(label: str, value: int) -> None:
 @dataclass
 class AgentTimeAtRisk:
     agent: str
+    # At risk now, by the one definition (the overview card, groups and /metrics agree).
     open_failures: int = 0
-    at_risk_since: int | None = None  # epoch ms of the oldest open failure
+    at_risk_since: int | None = None  # epoch ms: created_at of the oldest receipt at risk
     at_risk_for_s: float | None = None
     mttr_30d_s: float | None = None
     mttr_90d_s: float | None = None
@@ -178,19 +184,19 @@ class AgentTimeAtRisk:
 
 
 def time_at_risk_by_agent(now: int | None = None, days: int = 90) -> list[AgentTimeAtRisk]:
-    """Per agent: at risk now (oldest open failure) and MTTR over 30 and 90 days. Two queries."""
+    """Per agent: at risk now and since when, as ``/metrics`` counts it (the counts table and
+    one probe of the oldest row at risk), and MTTR over 30 and 90 days from the closed
+    intervals' daily rollups. Three queries."""
     now = timeutil.now_ms() if now is None else now
     today = _day(now)
     first_day = today - timedelta(days=days - 1)
     agents: dict[str, AgentTimeAtRisk] = {}
-    for agent, n, since in (
-        RiskInterval.objects.filter(resolved_at__isnull=True)
-        .order_by()
-        .values_list("agent_id")
-        .annotate(n=Count("id"), since=Min("started_at"))
-    ):
+    counts = receipt_counts()
+    for agent, n in at_risk_by_agent(counts).items():
+        agents.setdefault(agent, AgentTimeAtRisk(agent)).open_failures = n
+    for agent, since in oldest_at_risk(counts).items():
         entry = agents.setdefault(agent, AgentTimeAtRisk(agent))
-        entry.open_failures, entry.at_risk_since = n, since
+        entry.at_risk_since = since
         entry.at_risk_for_s = max(0, now - since) / 1000
     daily: dict[str, dict[date, tuple[int, int]]] = {}
     for day, agent, resolved, total in RiskDaily.objects.filter(day__gte=first_day).values_list(

@@ -2,7 +2,7 @@
 
 Nothing here edits behind the audit log: receipts, events and plans are read-only in the admin
 (no add, change or delete); a receipt changes only through the actions below, which call the
-requeue services and so record who did what.
+requeue services and so record who did what. Times show as UTC dates (``admin_dates``).
 
 Receipts are looked up by filter and search over indexed columns; the full result count
 is skipped (``show_full_result_count``) because the table can hold millions of rows.
@@ -18,6 +18,8 @@ from django.contrib.admin import helpers
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+
+from opensquilla_site.admin_dates import ShowOnlyAdmin, with_dates
 
 from .audit import Actor
 from .models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
@@ -37,16 +39,19 @@ def _summarise(outcomes: Counter[str]) -> str:
 
 
 @admin.register(MemoryDurableReceipt)
-class MemoryDurableReceiptAdmin(admin.ModelAdmin):
-    list_display = (
-        "receipt_id",
-        "status",
-        "scope",
-        "agent_id",
-        "session_key",
-        "attempt_count",
-        "created_at",
-        "updated_at",
+class MemoryDurableReceiptAdmin(ShowOnlyAdmin):
+    list_display = with_dates(
+        MemoryDurableReceipt,
+        (
+            "receipt_id",
+            "status",
+            "scope",
+            "agent_id",
+            "session_key",
+            "attempt_count",
+            "created_at",
+            "updated_at",
+        ),
     )
     list_filter = ("status", "scope", "agent_id", "gateway")
     search_fields = ("=receipt_id", "^session_key", "=idempotency_key", "=session_id")
@@ -55,9 +60,6 @@ class MemoryDurableReceiptAdmin(admin.ModelAdmin):
     list_per_page = 50
     ordering = ("-created_at", "-id")
     actions = ("requeue_selected", "acknowledge_selected")
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [f.name for f in self.model._meta.fields]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # receipts are written by checkpoints, flushes, repairs and imports
@@ -125,27 +127,27 @@ class MemoryDurableReceiptAdmin(admin.ModelAdmin):
 
 
 @admin.register(ReceiptEvent)
-class ReceiptEventAdmin(admin.ModelAdmin):
+class ReceiptEventAdmin(ShowOnlyAdmin):
     """The audit trail is append-only: nobody edits or deletes it, not even here."""
 
-    list_display = (
-        "created_at",
-        "actor",
-        "surface",
-        "action",
-        "outcome",
-        "receipt_id",
-        "from_status",
-        "to_status",
+    list_display = with_dates(
+        ReceiptEvent,
+        (
+            "created_at",
+            "actor",
+            "surface",
+            "action",
+            "outcome",
+            "receipt_id",
+            "from_status",
+            "to_status",
+        ),
     )
     list_filter = ("surface", "action", "outcome")
     search_fields = ("=receipt_id", "=actor", "=plan_id", "^session_key")
     list_select_related = False
     show_full_result_count = False
     ordering = ("-created_at", "-id")
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [f.name for f in self.model._meta.fields]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -158,20 +160,23 @@ class ReceiptEventAdmin(admin.ModelAdmin):
 
 
 @admin.register(RequeuePlan)
-class RequeuePlanAdmin(admin.ModelAdmin):
+class RequeuePlanAdmin(ShowOnlyAdmin):
     """Plans are created and executed by the requeue service; the admin only shows them."""
 
-    list_display = ("plan_id", "state", "created_by", "surface", "total", "processed", "created_at")
+    list_display = with_dates(
+        RequeuePlan,
+        ("plan_id", "state", "created_by", "surface", "total", "processed", "created_at"),
+    )
     list_filter = ("state", "surface")
     search_fields = ("=plan_id", "=created_by")
     list_select_related = False
     ordering = ("-created_at",)
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [f.name for f in self.model._meta.fields]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # the audit log and a running plan's worker name it by id

@@ -2,54 +2,43 @@
 
 Services record operator actions explicitly. Status changes made by the ledger itself
 (claims, stale recovery, upserts that move a row) are recorded by the ledger with the
-actor and surface of the current ``acting_as`` block, "system" when there is none.
+actor and surface of the current ``acting_as`` block, "system" when there is none (the actor
+and its context live in ``opensquilla_site.acting``, so session surfaces can set them too).
 """
 
 from __future__ import annotations
 
-import contextvars
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import models
 
+from opensquilla_site.acting import (  # re-exported: every caller names them on this module
+    SURFACES,
+    SYSTEM,
+    WORKER,
+    Actor,
+    acting_as,
+    current_actor,
+)
 from opensquilla_site.timeutil import now_ms
 
 from .models import ReceiptEvent
 
-SURFACES = ReceiptEvent.SURFACES
-
-
-@dataclass(frozen=True)
-class Actor:
-    name: str = "system"
-    surface: str = "system"
-
-    def __post_init__(self) -> None:
-        if self.surface not in SURFACES:
-            raise ValueError(f"surface must be one of {', '.join(SURFACES)}; got {self.surface!r}")
-
-
-SYSTEM = Actor()
-WORKER = Actor("worker", "worker")
-_current_actor: contextvars.ContextVar[Actor] = contextvars.ContextVar(
-    "audit_actor", default=SYSTEM
-)
-
-
-@contextmanager
-def acting_as(actor: Actor) -> Iterator[Actor]:
-    token = _current_actor.set(actor)
-    try:
-        yield actor
-    finally:
-        _current_actor.reset(token)
-
-
-def current_actor() -> Actor:
-    return _current_actor.get()
+__all__ = [
+    "SURFACES",
+    "SYSTEM",
+    "WORKER",
+    "Actor",
+    "acting_as",
+    "build_event",
+    "current_actor",
+    "open_requeue",
+    "record_event",
+    "record_events",
+    "record_requeue_complete",
+    "REQUEUE_COMPLETE",
+]
 
 
 def build_event(

@@ -27,8 +27,9 @@ from sessions_app.models import TranscriptEntry
 
 from . import ledger
 from .flush import FlushReceipt, Message, SessionFlushService
+from .flush.correlation import ProviderRequestCorrelation, session_flush_correlation
 from .flush.memory_save import MemorySaveHandler, MemorySaveToolRegistry
-from .flush.providers import select_flush_provider
+from .flush.providers import correlation_disabled, select_flush_provider
 from .models import MemoryDurableReceipt
 from .statuses import CHECKPOINT_SAVED
 
@@ -267,6 +268,19 @@ def build_flush_service(**overrides: Any) -> SessionFlushService:
     return SessionFlushService(**kwargs)
 
 
+def flush_request_correlation(
+    session_id: str | None, turn_id: str = ""
+) -> ProviderRequestCorrelation | None:
+    """The correlation a flush of ``session_id`` sends its provider (docs/WORKERS.md).
+
+    None when the privacy switch is on or there is no session id. An empty ``turn_id`` is
+    filled by the flush with its own turn id.
+    """
+    if correlation_disabled():
+        return None
+    return session_flush_correlation(session_id, turn_id)
+
+
 def transcript_messages(entries: Sequence[TranscriptEntry]) -> list[Message]:
     """Transcript rows as flush messages; the service itself drops non-chat roles."""
     return [
@@ -310,6 +324,7 @@ async def aflush_session(
         message_window=message_window,
         segment_mode="auto",
         raw_capture_policy=raw_capture_policy,  # type: ignore[arg-type]
+        provider_request_correlation=flush_request_correlation(session.session_id, turn_id or ""),
     )
 
 

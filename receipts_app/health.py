@@ -13,6 +13,10 @@ the link a page builds from its filter cannot disagree.
   upstream bounds it; rows an operator resolved never count (docs/STATUSES.md).
 - ``semanticMemory``: the repair backlog (``REPAIR_QUEUE_STATUSES``, due or not); the status
   rule is upstream's.
+- ``atRisk``: memory at risk, the product's one definition (``statuses.AT_RISK_STATUSES``:
+  failures waiting for an operator, and requeued checkpoints until recovered); the overview
+  card, the failure groups, time at risk, ``/metrics`` and alerts count the same rows
+  (:func:`at_risk_by_agent`).
 - ``terminalRepairs``: repairs whose automatic budget is spent (``repair_failed``,
   ``repair_abandoned``). Upstream's health counts them nowhere; they wait for an operator.
 
@@ -43,6 +47,7 @@ from .counts import CountRow, receipt_counts
 from .ledger.triggers import T
 from .selectors import ReceiptFilter
 from .statuses import (
+    AT_RISK_STATUSES,
     MEMORY_SAFETY_ERROR_STATUSES,
     REPAIR_QUEUE_STATUSES,
     RESOLVED_STATUSES,
@@ -294,6 +299,21 @@ def _semantic_memory(
     }
 
 
+def at_risk_by_agent(rows: Sequence[CountRow]) -> dict[str, int]:
+    """Receipts at risk per agent (agents with none left out): THE count of memory at risk."""
+    out: dict[str, int] = {}
+    for row in rows:
+        if row.status in AT_RISK_STATUSES and row.count:
+            out[row.agent_id] = out.get(row.agent_id, 0) + row.count
+    return out
+
+
+def _at_risk(agent_id: str | None, rows: Sequence[CountRow]) -> dict[str, Any]:
+    by_agent = at_risk_by_agent(rows)
+    count = sum(by_agent.values()) if agent_id is None else by_agent.get(agent_id, 0)
+    return {"count": count, "filter": _filter(agent_id, AT_RISK_STATUSES).to_params()}
+
+
 def _terminal_repairs(agent_id: str | None, rows: Sequence[CountRow]) -> dict[str, Any]:
     return {
         "count": sum(_by_status(rows, agent_id, TERMINAL_REPAIR_STATUSES).values()),
@@ -322,13 +342,15 @@ def health_for(
             "memorySafety": _memory_safety(agent, rows, sample),
             "semanticMemory": _semantic_memory(agent, rows, sample, now),
             "terminalRepairs": _terminal_repairs(agent, rows),
+            "atRisk": _at_risk(agent, rows),
         }
         for agent, sample in zip(agents, samples, strict=True)
     ]
 
 
 def memory_health(agent_id: str | None = None, *, now_ms: int | None = None) -> dict[str, Any]:
-    """``{"agentId", "memorySafety", "semanticMemory", "terminalRepairs"}``; None: every agent."""
+    """``{"agentId", "memorySafety", "semanticMemory", "terminalRepairs", "atRisk"}``; None:
+    every agent."""
     now = now_ms if now_ms is not None else timeutil.now_ms()
     agent = normalize_agent_id(agent_id) if agent_id else None
     return health_for([agent], now=now)[0]

@@ -13,6 +13,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 
+from opensquilla_site.acting import SURFACES as ACTING_SURFACES
 from opensquilla_site.timeutil import now_ms
 from sessions_app.gateways import GatewayManager, GatewayQuerySet, gateway_field
 
@@ -165,7 +166,7 @@ class ReceiptEvent(models.Model):
     when a session delete cascades its rows.
     """
 
-    SURFACES = ("console", "admin", "api", "cli", "worker", "system")
+    SURFACES = ACTING_SURFACES
 
     id = models.BigAutoField(primary_key=True)
     # Indexed by idx_event_receipt (receipt_id, created_at, id), whose prefix serves every
@@ -276,14 +277,23 @@ class FailureInbox(models.Model):
     created_at = models.BigIntegerField()
     sign = models.SmallIntegerField()
 
+    class Meta:
+        verbose_name = "failure inbox entry"
+        verbose_name_plural = "failure inbox entries"
+
     def __str__(self) -> str:
         return f"{self.sign:+d} {self.scope}/{self.status} {self.receipt_id}"
 
 
 class FailureGroupCount(models.Model):
-    """Failed receipts per (scope, status, reason fingerprint), over the whole ledger."""
+    """Failed receipts per (gateway, agent, scope, status, reason fingerprint), over the whole
+    ledger: the number of its :class:`FailureGroupMember` rows, kept by
+    ``receipts_app.failure_groups``."""
 
     id = models.BigAutoField(primary_key=True)
+    # The gateway's name, as in ReceiptCount (written by the fold, never through a relation).
+    gateway_id = models.CharField(max_length=64, default="local")
+    agent_id = models.CharField(max_length=64, default="", blank=True)
     scope = models.CharField(max_length=64)
     status = models.CharField(max_length=64)
     fingerprint = models.CharField(max_length=300)
@@ -295,10 +305,36 @@ class FailureGroupCount(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["scope", "status", "fingerprint"], name="failure_group_key_uniq"
+                fields=["gateway_id", "agent_id", "scope", "status", "fingerprint"],
+                name="failure_group_key_uniq",
             ),
         ]
         indexes = [models.Index(fields=["count"], name="idx_failure_group_count")]
 
     def __str__(self) -> str:
-        return f"{self.scope}/{self.status} {self.fingerprint!r}: {self.count}"
+        return f"{self.agent_id}/{self.scope}/{self.status} {self.fingerprint!r}: {self.count}"
+
+
+class FailureGroupMember(models.Model):
+    """A failed receipt as folded: the group it is counted in. ``id`` is the order receipts
+    joined their groups, so a plan can take a group as it was shown (``id`` up to a mark)."""
+
+    id = models.BigAutoField(primary_key=True)
+    receipt_id = models.CharField(max_length=128, unique=True)
+    gateway_id = models.CharField(max_length=64, default="local")
+    agent_id = models.CharField(max_length=64, default="", blank=True)
+    scope = models.CharField(max_length=64)
+    status = models.CharField(max_length=64)
+    fingerprint = models.CharField(max_length=300)
+    created_at = models.BigIntegerField()
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["fingerprint", "agent_id", "scope", "status", "gateway_id", "id"],
+                name="idx_failure_member_group",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.receipt_id} in {self.agent_id}/{self.scope}/{self.status}"

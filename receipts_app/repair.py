@@ -26,17 +26,19 @@ import re
 import tempfile
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
 
 from opensquilla_site.timeutil import now_ms as wall_clock_ms
 from sessions_app.compactions import CompactionSource
 from sessions_app.gateways import using_gateway
-from sessions_app.keys import agent_prefix, normalize_agent_id
+from sessions_app.keys import DEFAULT_AGENT_ID, agent_prefix, normalize_agent_id
 from sessions_app.models import Session
 
 from . import audit, ledger
@@ -46,8 +48,10 @@ from .flush import (
     parse_raw_fallback_entries,
 )
 from .flush.archive import raw_fallback_header_reason
+from .flush.correlation import ProviderRequestCorrelation
 from .flush_runtime import (
     build_flush_service,
+    flush_request_correlation,
     memory_workspace_for_agent,
     memory_workspace_template,
 )
@@ -268,6 +272,32 @@ def maintenance_turn_id() -> str:
     return f"maintenance_{uuid.uuid4().hex}"
 
 
+def correlatable_session_id(source: Any) -> str | None:
+    """The real session id of a repair source; None for the legacy raw namespace.
+
+    A legacy row's ``legacy-raw:…`` id names no session a provider bill could be matched
+    to, so such repairs send no correlation (upstream's ``_correlatable_repair_session_id``).
+    """
+    session_id = getattr(source, "session_id", None)
+    session_key = getattr(source, "session_key", None)
+    if not isinstance(session_id, str) or not session_id or session_id.startswith("legacy-raw:"):
+        return None
+    if isinstance(session_key, str) and ":memory-repair:legacy-raw" in session_key:
+        return None
+    return session_id
+
+
+def repair_correlation(source: Any) -> tuple[str, ProviderRequestCorrelation | None]:
+    """A repair flush's maintenance turn id and the correlation it sends, if any."""
+    turn_id = maintenance_turn_id()
+    return turn_id, flush_request_correlation(correlatable_session_id(source), turn_id)
+
+
+def _correlation_kwargs(correlation: ProviderRequestCorrelation | None) -> dict[str, Any]:
+    # Left out rather than passed as None: upstream's flush-service protocol does the same.
+    return {} if correlation is None else {"provider_request_correlation": correlation}
+
+
 def build_repair_flush_service() -> SessionFlushService:
     return build_flush_service(archive_writer=reuse_source_archive)
 
@@ -278,6 +308,8 @@ def repair_raw_fallback_source(
     *,
     flush_service: SessionFlushService,
     agent_id: str,
+    turn_id: str | None = None,
+    correlation: ProviderRequestCorrelation | None = None,
 ) -> dict[str, Any]:
     """Flush one archive again; ``status`` is ``repaired`` or ``failed_retryable``.
 
@@ -312,7 +344,8 @@ def repair_raw_fallback_source(
             message_window=0,
             segment_mode="auto",
             raw_capture_policy="off",
-            turn_id=maintenance_turn_id(),
+            turn_id=turn_id or maintenance_turn_id(),
+            **_correlation_kwargs(correlation),
         )
     except Exception as exc:
         logger.warning("memory_repair.flush_failed path=%s: %s", rel, exc)
@@ -357,9 +390,15 @@ def repair_durable_receipt_source(
     if claimed is None:
         return {**base, "status": "skipped", "reason": "repair_already_claimed"}
     agent = normalize_agent_id(agent_id or row.agent_id or "main")
+    turn_id, correlation = repair_correlation(row)
     try:
         result = repair_raw_fallback_source(
-            memory_root, path, flush_service=flush_service, agent_id=agent
+            memory_root,
+            path,
+            flush_service=flush_service,
+            agent_id=agent,
+            turn_id=turn_id,
+            correlation=correlation,
         )
     except Exception as exc:
         # Never leave our own claim behind: a failed attempt is recorded and backs off.
@@ -395,15 +434,53 @@ def repair_durable_receipt_source(
 # --- legacy import (8.4) --------------------------------------------------------------------
 
 
+LEGACY_SESSION_SUFFIX = ":memory-repair:legacy-raw"
+
+
 def legacy_session_key(agent_id: str) -> str:
-    return f"agent:{agent_id}:memory-repair:legacy-raw"
+    return f"agent:{agent_id}{LEGACY_SESSION_SUFFIX}"
 
 
-def import_legacy_raw_fallback_receipts(agent_id: str, memory_root: Path | None) -> int:
+def shared_memory_workspace() -> bool:
+    """True when every agent resolves to one memory workspace (no ``{agent}`` in it)."""
+    template = memory_workspace_template()
+    return bool(template) and "{agent}" not in str(template)
+
+
+_ARCHIVE_DATE = re.compile(r"\d{4}-\d{2}-\d{2}-")
+
+
+def archive_owner(file_name: str, agents: Iterable[str]) -> str:
+    """The agent a raw-fallback archive in a shared workspace belongs to, read from its name.
+
+    Upstream names an archive ``<date>-<safe96(session_key)>-<reason>-<sha16>.md`` and its
+    header ``# Raw flush (<reason>)`` names only the reason, so the name is what says whose
+    transcript it holds: ``agent:ops:webchat:s1`` becomes ``agent-ops-webchat-s1`` (and a
+    subagent's ``subagent-agent-ops-…``). Agent ids may contain ``-``, so the longest of
+    ``agents`` that the name continues with wins; a name that names none (``unknown``, an
+    agent this database has never seen) belongs to ``main``, upstream's default agent.
+    """
+    rest = _ARCHIVE_DATE.sub("", file_name, count=1)
+    if rest.startswith("subagent-"):
+        rest = rest[len("subagent-") :]
+    owner, best = DEFAULT_AGENT_ID, -1
+    for agent in agents:
+        if rest.startswith(f"agent-{agent}-") and len(agent) > best:
+            owner, best = agent, len(agent)
+    return owner
+
+
+def import_legacy_raw_fallback_receipts(
+    agent_id: str, memory_root: Path | None, *, agents: Iterable[str] | None = None
+) -> int:
     """Queue every archive no receipt refers to; returns how many rows were written.
 
-    Skips archives whose sidecar says ``repaired`` and archives any row under the agent's
-    prefix already references. Idempotent: the key is ``repair-legacy-raw:<agent>:<path>``.
+    Skips archives whose sidecar says ``repaired`` and archives a row already references:
+    under the agent's prefix in a per-agent workspace (upstream's rule), under any agent in
+    a shared one, where an archive is also imported only by the agent it belongs to
+    (:func:`archive_owner`, among ``agents``, by default the tick's agents), so it is queued
+    once and not once per agent (docs/WORKERS.md). Idempotent: the key is
+    ``repair-legacy-raw:<agent>:<path>``.
     """
     if memory_root is None:
         return 0
@@ -411,10 +488,16 @@ def import_legacy_raw_fallback_receipts(agent_id: str, memory_root: Path | None)
     raw_root = Path(memory_root) / RAW_FALLBACK_DIR
     if not raw_root.is_dir():
         return 0
-    prefix = agent_prefix(agent)
+    shared = shared_memory_workspace()
+    known: list[str] = []
+    if shared:
+        known = sorted({agent, *(repair_agent_ids() if agents is None else agents)})
+    prefix = None if shared else agent_prefix(agent)
     imported = 0
     for file_path in sorted(p for p in raw_root.glob("*.md") if p.is_file()):
         if file_path.name.startswith("."):
+            continue
+        if shared and archive_owner(file_path.name, known) != agent:
             continue
         rel = f"{RAW_FALLBACK_DIR}/{file_path.name}"
         if read_sidecar_status(file_path) == "repaired":
@@ -442,6 +525,89 @@ def import_legacy_raw_fallback_receipts(agent_id: str, memory_root: Path | None)
         )
         imported += 1
     return imported
+
+
+# Duplicates in these statuses are left: one is being repaired right now (the next run takes
+# it), the other records memory a repair did write.
+_KEEP_DUPLICATE_STATUSES = (REPAIR_RUNNING, REPAIR_DONE)
+
+
+def duplicate_legacy_repairs() -> list[MemoryDurableReceipt]:
+    """Legacy-raw rows that repeat another row's archive in a shared memory workspace.
+
+    Before the owner rule above, every agent imported every unreferenced archive of the
+    shared workspace. Of the rows referring to one archive, the one kept is the flush's own
+    (any row that is not a legacy import), else the legacy row of the agent the archive
+    belongs to, else the oldest; the others are duplicates. In per-agent workspaces equal
+    paths are different files, so nothing is a duplicate there; nor are equal paths of two
+    gateways (each gateway's workspace is on its own host).
+    """
+    if not shared_memory_workspace():
+        return []
+    legacy = MemoryDurableReceipt.objects.filter(
+        session_key__endswith=LEGACY_SESSION_SUFFIX,
+        idempotency_key__startswith="repair-legacy-raw:",
+        source_path__startswith=RAW_FALLBACK_PREFIX,
+    )
+    paths = sorted({p for p in legacy.values_list("source_path", flat=True) if p})
+    duplicates: list[MemoryDurableReceipt] = []
+    for start in range(0, len(paths), 500):
+        chunk = paths[start : start + 500]
+        by_path: dict[tuple[str, str], list[MemoryDurableReceipt]] = {}
+        for row in MemoryDurableReceipt.objects.filter(
+            Q(source_path__in=chunk) | Q(target_path__in=chunk)
+        ).order_by("id"):
+            for path in {row.source_path, row.target_path} & set(chunk):
+                if path:
+                    by_path.setdefault((str(row.gateway_id), path), []).append(row)
+        for (_gateway, path), rows in by_path.items():
+            legacy_rows = [r for r in rows if _is_legacy_row(r)]
+            if len(rows) < 2 or not legacy_rows:
+                continue
+            if len(legacy_rows) < len(rows):
+                keep = None  # the flush's own row owns the archive
+            else:
+                owner = archive_owner(
+                    PurePosixPath(path).name, sorted({r.agent_id for r in legacy_rows})
+                )
+                keep = next((r for r in legacy_rows if r.agent_id == owner), legacy_rows[0])
+            duplicates += [
+                r for r in legacy_rows if r is not keep and r.status not in _KEEP_DUPLICATE_STATUSES
+            ]
+    return sorted(duplicates, key=lambda r: r.pk)
+
+
+def _is_legacy_row(row: MemoryDurableReceipt) -> bool:
+    return row.session_key.endswith(LEGACY_SESSION_SUFFIX) and row.idempotency_key.startswith(
+        "repair-legacy-raw:"
+    )
+
+
+def remove_duplicate_legacy_repairs(*, actor: audit.Actor) -> list[str]:
+    """Delete :func:`duplicate_legacy_repairs`, one ``duplicate_removed`` event each; returns
+    the receipt ids removed."""
+    removed: list[str] = []
+    with transaction.atomic():
+        for row in duplicate_legacy_repairs():
+            # Re-checked under the delete: a row claimed meanwhile is kept for the next run.
+            deleted, _ = (
+                MemoryDurableReceipt.objects.filter(pk=row.pk)
+                .exclude(status__in=_KEEP_DUPLICATE_STATUSES)
+                .delete()
+            )
+            if not deleted:
+                continue
+            audit.record_event(
+                receipt_id=row.receipt_id,
+                session_key=row.session_key,
+                action="duplicate_removed",
+                from_status=row.status,
+                reason="legacy raw-fallback import repeated under another agent",
+                details={"path": row.source_path, "agent_id": row.agent_id},
+                actor=actor,
+            )
+            removed.append(row.receipt_id)
+    return removed
 
 
 # --- compaction summaries (upstream's summary branches) ------------------------------------
@@ -550,6 +716,7 @@ def repair_compaction_source(
     if not entries:
         source.mark_compaction_repair_status(summary, "failed_retryable")
         return {**base, **metadata, "status": "failed_retryable", "reason": "missing_preimage"}
+    turn_id, correlation = repair_correlation(summary)
     try:
         receipt = async_to_sync(flush_service.execute)(
             entries,
@@ -558,7 +725,8 @@ def repair_compaction_source(
             message_window=0,
             segment_mode="auto",
             raw_capture_policy="off",
-            turn_id=maintenance_turn_id(),
+            turn_id=turn_id,
+            **_correlation_kwargs(correlation),
         )
     except Exception as exc:
         logger.warning("memory_repair.compaction_flush_failed summary=%s: %s", base, exc)
@@ -611,6 +779,7 @@ def run_memory_repair_once(
     recover_stale: bool = True,
     import_legacy: bool = True,
     params: Mapping[str, Any] | None = None,
+    known_agents: Iterable[str] | None = None,
 ) -> list[dict[str, Any]]:
     """One agent's pass: degraded compaction summaries, then the due queue (``limit`` in all).
 
@@ -618,6 +787,8 @@ def run_memory_repair_once(
     matching degraded summaries and nothing else (upstream's selector). ``path`` (validated
     as ``memory/.raw_fallbacks/*.md``; ``ValueError`` otherwise) limits the pass to rows of
     that archive and skips summaries. Rows another worker claimed first are left out.
+    ``known_agents``: the agents an archive of a shared workspace may belong to (default: the
+    tick's agents, :func:`repair_agent_ids`).
     """
     agent = normalize_agent_id(agent_id)
     params = params or {}
@@ -643,7 +814,7 @@ def run_memory_repair_once(
             )
             limit -= len(summary_results)
         if import_legacy and root is not None:
-            import_legacy_raw_fallback_receipts(agent, root)
+            import_legacy_raw_fallback_receipts(agent, root, agents=known_agents)
         if recover_stale:
             recover_stale_repair_claims(now_ms)
         now = wall_clock_ms() if now_ms is None else now_ms
@@ -767,6 +938,7 @@ def run_repair_tick(*, now_ms: int | None = None) -> dict[str, Any]:
                     limit=limit - len(results),
                     now_ms=now_ms,
                     recover_stale=False,
+                    known_agents=agents,
                 )
             )
     counts = Counter(str(r.get("status")) for r in results)

@@ -19,10 +19,12 @@ from opensquilla_site.schemas import (
     EpochMs,
     IdText,
     Int32,
-    JsonValue,
     KeyText,
+    SessionKeyText,
     ShortText,
     Text,
+    clean_identifier,
+    clean_json,
     clean_text,
 )
 
@@ -128,11 +130,13 @@ class ReceiptIn(_ReceiptColumns):
     receipt_id: Annotated[IdText, AfterValidator(check_receipt_id)] | None = Field(
         None, description="uuid4 by default; must not contain '/' (one URL path segment)"
     )
-    session_key: KeyText
-    session_id: Annotated[str, Field(min_length=1, max_length=200), AfterValidator(clean_text)]
-    scope: Annotated[str, Field(min_length=1, max_length=64), AfterValidator(clean_text)]
+    session_key: SessionKeyText
+    session_id: Annotated[
+        str, Field(min_length=1, max_length=200), AfterValidator(clean_identifier)
+    ]
+    scope: Annotated[str, Field(min_length=1, max_length=64), AfterValidator(clean_identifier)]
     idempotency_key: KeyText
-    status: Annotated[str, Field(min_length=1, max_length=64), AfterValidator(clean_text)]
+    status: Annotated[str, Field(min_length=1, max_length=64), AfterValidator(clean_identifier)]
     attempt_count: Int32 = 0
     created_at: EpochMs | None = None
     schema_version: Int32 = 1
@@ -140,7 +144,7 @@ class ReceiptIn(_ReceiptColumns):
 
 class ReceiptUpsertIn(ReceiptIn):
     expected_session_id: (
-        Annotated[str, Field(min_length=1, max_length=200), AfterValidator(clean_text)] | None
+        Annotated[str, Field(min_length=1, max_length=200), AfterValidator(clean_identifier)] | None
     ) = Field(None, description="fence: 409 when the session's live generation differs")
 
 
@@ -187,16 +191,16 @@ RECEIPT_OUT_ATTRS: dict[str, str] = {
 class ReceiptPatchIn(_ReceiptColumns):
     """Columns to change; only the ones sent are written. Unknown fields are a 422."""
 
-    session_key: KeyText | None = None
+    session_key: SessionKeyText | None = None
     session_id: (
-        Annotated[str, Field(min_length=1, max_length=200), AfterValidator(clean_text)] | None
+        Annotated[str, Field(min_length=1, max_length=200), AfterValidator(clean_identifier)] | None
     ) = None
-    scope: Annotated[str, Field(min_length=1, max_length=64), AfterValidator(clean_text)] | None = (
-        None
-    )
+    scope: (
+        Annotated[str, Field(min_length=1, max_length=64), AfterValidator(clean_identifier)] | None
+    ) = None
     idempotency_key: KeyText | None = None
     status: (
-        Annotated[str, Field(min_length=1, max_length=64), AfterValidator(clean_text)] | None
+        Annotated[str, Field(min_length=1, max_length=64), AfterValidator(clean_identifier)] | None
     ) = None
     attempt_count: Int32 | None = None
     updated_at: EpochMs | None = None
@@ -278,7 +282,7 @@ class AcknowledgeOut(Schema):
 
 
 class RequeuePlanIn(Schema):
-    filters: dict[str, JsonValue] = Field(
+    filters: Annotated[dict[str, Any], AfterValidator(clean_json)] = Field(
         default_factory=dict, description="the GET /receipts filter parameters"
     )
     receipt_ids: list[IdText] = Field(default_factory=list, max_length=10_000)
@@ -375,11 +379,20 @@ class TerminalRepairsOut(Schema):
     filter: dict[str, Any] = Field(description="the receipt filter listing them")
 
 
+class AtRiskOut(Schema):
+    count: int = Field(
+        description="receipts at risk: the failure statuses and checkpoint_requeued, as the "
+        "overview, the failure groups and /metrics count them"
+    )
+    filter: dict[str, Any] = Field(description="the receipt filter listing them")
+
+
 class HealthOut(Schema):
     agentId: str | None  # noqa: N815
     memorySafety: MemorySafetyOut  # noqa: N815
     semanticMemory: SemanticMemoryOut  # noqa: N815
     terminalRepairs: TerminalRepairsOut  # noqa: N815
+    atRisk: AtRiskOut  # noqa: N815
 
 
 class HealthListOut(Schema):

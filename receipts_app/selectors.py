@@ -26,7 +26,7 @@ from sessions_app.services import get_transcript
 from . import counts
 from .checkpoint import checkpoint_coverage_hash, checkpoint_turn_id
 from .ledger import due_q, list_memory_durable_receipts, literal_prefix
-from .models import MemoryDurableReceipt
+from .models import FailureGroupMember, MemoryDurableReceipt
 from .statuses import CHECKPOINT_SAVED, KNOWN_STATUSES
 
 COUNT_CAP = 10_000
@@ -103,6 +103,20 @@ def _as_bool(name: str, value: Any, errors: dict[str, str]) -> bool | None:
     return None
 
 
+def _fingerprint(value: Any, errors: dict[str, str]) -> str | None:
+    """A group fingerprint; unlike other text, an empty one is a value (reasonless failures)."""
+    if value is None:
+        return None
+    text = str(value)
+    if len(text) > 300:
+        errors["fingerprint"] = "fingerprint is longer than 300 characters"
+        return None
+    if "\x00" in text:
+        errors["fingerprint"] = "fingerprint must not contain NUL characters"
+        return None
+    return text
+
+
 FilterKind = Literal["many", "text", "time", "count", "flag"]
 
 
@@ -142,6 +156,13 @@ RECEIPT_FILTER_FIELDS: tuple[FilterField, ...] = (
     FilterField("due", "flag", "true: due for the repair worker now; false: waiting"),
     FilterField("receipt_id", "many", "a receipt id (repeat or comma-separate)"),
     FilterField("gateway", "text", "gateway name (a slug); every gateway when absent", 64),
+    FilterField(
+        "fingerprint",
+        "text",
+        "a failure group's error fingerprint, as the overview shows it (empty: no reason); "
+        "with agent, scope and status, exactly the receipts the group counts",
+        300,
+    ),
 )
 _FIELD = {f.param: f for f in RECEIPT_FILTER_FIELDS}
 
@@ -166,6 +187,8 @@ class ReceiptFilter:
     receipt_ids: tuple[str, ...] = field(default=())
     # Every gateway when None (sessions_app.gateways: an edge may still have chosen one).
     gateway: str | None = None
+    # A failure group's fingerprint ("" is the group of receipts without a reason).
+    fingerprint: str | None = None
 
     PARAMS = tuple(f.param for f in RECEIPT_FILTER_FIELDS)
 
@@ -183,6 +206,13 @@ class ReceiptFilter:
             raw = getlist(name) if getlist else params.get(name)
             values: list[str] = []
             for item in raw if isinstance(raw, list | tuple) else [raw]:
+                # A JSON filter (a plan, the API) can hold any type where text goes.
+                if item is not None and not isinstance(item, str):
+                    errors[name] = f"{name} must be text or a list of text"
+                    return []
+                if item and "\x00" in item:
+                    errors[name] = f"{name} must not contain NUL characters"
+                    return []
                 values.extend(_as_list(item))
             return values
 
@@ -190,6 +220,9 @@ class ReceiptFilter:
             limit = _FIELD[name].max_length
             value = params.get(name)
             if value is None or str(value).strip() == "":
+                return None
+            if isinstance(value, bool) or not isinstance(value, str | int):
+                errors[name] = f"{name} must be text"
                 return None
             value = str(value)
             if len(value) > limit:
@@ -232,6 +265,7 @@ class ReceiptFilter:
             due=_as_bool("due", params.get("due"), errors),
             receipt_ids=tuple(dict.fromkeys(many("receipt_id")))[: MAX_PAGE_SIZE * 2],
             gateway=gateway,
+            fingerprint=_fingerprint(params.get("fingerprint"), errors),
         )
         if errors:
             raise ValidationFailed("; ".join(errors.values()), extra={"fields": errors})
@@ -307,6 +341,11 @@ def filter_receipts(
         qs = qs.filter(due) if f.due else qs.exclude(due)
     if f.receipt_ids:
         qs = qs.filter(receipt_id__in=f.receipt_ids)
+    if f.fingerprint is not None:
+        # The receipts folded into a group of this fingerprint (receipts_app.failure_groups),
+        # not a reason text match: look-alike groups share text, never a fingerprint.
+        members = FailureGroupMember.objects.filter(fingerprint=f.fingerprint)
+        qs = qs.filter(receipt_id__in=members.values("receipt_id"))
     return qs
 
 

@@ -85,6 +85,11 @@ SUCCESS_STATUSES: tuple[str, ...] = (
 )
 # Statuses that close a failure without replaying it; health never counts them as errors.
 RESOLVED_STATUSES: tuple[str, ...] = (CHECKPOINT_RECOVERED, CHECKPOINT_SUPERSEDED, ACKNOWLEDGED)
+# Memory AT RISK, the one definition: failures no worker will retry by itself (waiting for an
+# operator), and requeued checkpoints until the worker recovers them. The overview's cards,
+# the failure groups, time at risk, health's ``atRisk``, ``/metrics`` and the at-risk alert
+# all count exactly these (``health.at_risk_by_agent``), so their numbers agree.
+AT_RISK_STATUSES: tuple[str, ...] = (*FAILURE_STATUSES, CHECKPOINT_REQUEUED)
 # Health's memory-safety errors: content that is not safe anywhere yet (upstream's
 # checkpoint_failed, receipt_orphaned and hash_mismatch). A requeued checkpoint stays one until
 # the worker recovers it.

@@ -13,6 +13,7 @@ from django.http import HttpRequest
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
+from opensquilla_site.acting import Actor, acting_as
 from opensquilla_site.auth import ADMIN, OPERATE, READ, principal
 from opensquilla_site.exceptions import ConflictError
 from opensquilla_site.idempotency import run_idempotent
@@ -145,6 +146,9 @@ def get_session(request: HttpRequest, key: str) -> Session:
     operation_id="delete_session",
 )
 def delete_session(request: HttpRequest, key: str) -> Status[None]:
-    if not services.delete_session(key):
+    # The purge of the key's receipts records its audit events with the caller's name.
+    with acting_as(Actor(principal(request).actor_name, "api")):
+        deleted = services.delete_session(key)
+    if not deleted:
         raise KeyError(f"Session not found: {key}")
     return Status(204, None)

@@ -44,7 +44,7 @@ class GatewayNameError(ValueError):
 
 def validate_gateway_name(name: object) -> str:
     """``name`` if it is a slug (lower-case letters, digits, ``-`` and ``_``; at most 64)."""
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise GatewayNameError(
             f"gateway name {name!r} is not a slug: use 1 to {GATEWAY_NAME_MAX} lower-case "
             "letters, digits, '-' or '_', starting and ending with a letter or digit"

@@ -103,6 +103,7 @@ class TranscriptEntry(models.Model):
     objects = GatewayManager.from_queryset(TranscriptQuerySet)()
 
     class Meta:
+        verbose_name_plural = "transcript entries"
         ordering = ["created_at", "id"]
         indexes = [
             models.Index(
@@ -143,6 +144,7 @@ class CompactionSummary(models.Model):
     objects = GatewayManager.from_queryset(CompactionQuerySet)()
 
     class Meta:
+        verbose_name_plural = "compaction summaries"
         ordering = ["created_at", "id"]
         indexes = [
             # The repair scan: degraded rows, oldest first.
@@ -176,6 +178,7 @@ class CompactedTranscriptEntry(models.Model):
     objects = GatewayManager.from_queryset(CompactedEntryQuerySet)()
 
     class Meta:
+        verbose_name_plural = "compacted transcript entries"
         ordering = ["created_at", "original_entry_id", "id"]
         indexes = [
             models.Index(

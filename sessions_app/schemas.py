@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from ninja import ModelSchema, Schema
+from pydantic import AfterValidator
 
-from opensquilla_site.schemas import Int32, JsonValue, KeyText, ShortText, Text
+from opensquilla_site.schemas import (
+    Int32,
+    JsonValue,
+    SessionKeyText,
+    ShortText,
+    Text,
+    clean_json,
+)
 
 from .models import Session, TranscriptEntry
 
 
 class SessionIn(Schema):
-    session_key: KeyText
+    session_key: SessionKeyText
     agent_id: ShortText | None = None
 
     model_config = {"extra": "forbid"}
@@ -74,7 +82,8 @@ class SessionPageOut(Schema):
 class MessageIn(Schema):
     role: Literal["user", "assistant", "system", "tool"]
     content: JsonValue = None
-    tool_calls: list[dict[str, JsonValue]] | None = None
+    # Checked whole (keys too: PostgreSQL's jsonb cannot hold a NUL in a key either).
+    tool_calls: Annotated[list[dict[str, Any]], AfterValidator(clean_json)] | None = None
     tool_call_id: Text | None = None
     reasoning_content: Text | None = None
     token_count: Int32 | None = None

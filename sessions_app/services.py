@@ -16,6 +16,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import transaction
 
+from opensquilla_site.identifiers import check_identifier
 from opensquilla_site.timeutil import now_ms
 
 from .keys import agent_id_for_session_key, canonicalize_session_key, normalize_agent_id
@@ -44,7 +45,9 @@ def _require_key(session_key: str) -> str:
 
 
 def create_session(session_key: str, *, agent_id: str | None = None) -> Session:
-    key = _require_key(session_key)
+    # Only a new key is checked for control characters: a session already stored with one
+    # (before this rule, or by hand) stays addressable, to be read, reset or deleted.
+    key = check_identifier(_require_key(session_key), "session_key")
     agent = normalize_agent_id(agent_id or agent_id_for_session_key(key) or "main")
     with transaction.atomic():
         if Session.objects.here().filter(session_key=key).exists():

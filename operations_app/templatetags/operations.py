@@ -6,28 +6,15 @@ from typing import Any
 
 from django import template
 
+from opensquilla_site.timeutil import duration_text
+
 register = template.Library()
 
 
 @register.filter
 def age(seconds: Any) -> str:
     """A duration in seconds as an operator reads it: "45 s", "12 min", "3 h 5 min", "2 d 4 h"."""
-    if seconds is None or seconds == "":
-        return "—"
-    try:
-        total = int(float(seconds))
-    except (TypeError, ValueError):
-        return "—"
-    if total < 60:
-        return f"{total} s"
-    minutes, _ = divmod(total, 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h" if hours else f"{days} d"
+    return duration_text(seconds)
 
 
 @register.filter

@@ -7,7 +7,6 @@ them stay at a constant query count whatever the data size.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,16 +21,18 @@ from django.db.models.functions import Cast
 from opensquilla_site.exceptions import ValidationFailed
 from opensquilla_site.pagination import Page, keyset_after, keyset_page
 from opensquilla_site.timeutil import now_ms
+from sessions_app.gateways import DEFAULT_GATEWAY, gateway_scope
 from sessions_app.keys import normalize_agent_id
 from sessions_app.models import Session
 
 from ..counts import CountRow, per_column, receipt_counts
 from ..failure_groups import fingerprint_reason as fingerprint_reason
 from ..ledger import literal_prefix
-from ..ledger.triggers import GROUPS, INBOX
+from ..ledger.triggers import GROUPS, INBOX, MEMBERS
 from ..mirror.models import MirroredReceipt, MirroredSession
-from ..models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
-from ..statuses import FAILURE_STATUSES
+from ..models import FailureGroupMember, MemoryDurableReceipt, ReceiptEvent, RequeuePlan
+from ..selectors import ReceiptFilter
+from ..statuses import FAILURE_STATUSES, ROW_REQUEUEABLE_STATUSES
 
 # --- overview counts ----------------------------------------------------------------------
 
@@ -46,17 +47,11 @@ def counts_by(column: str, rows: Iterable[CountRow] | None = None) -> list[tuple
 
 # Groups shown on the overview, largest first.
 FAILURE_GROUPS_SHOWN = 50
-_PLACEHOLDER = re.compile(r"<(?:id|session|path|hex|n)>")
-
-
-def literal_fragment(fingerprint: str) -> str:
-    """The longest unmasked piece of a fingerprint: a reason filter that finds the group."""
-    pieces = [p.strip(" '\"[](){}:,;") for p in _PLACEHOLDER.split(fingerprint)]
-    return max(pieces, key=len, default="") if pieces else ""
 
 
 @dataclass
 class FailureGroup:
+    agent_id: str
     scope: str
     status: str
     fingerprint: str
@@ -64,15 +59,23 @@ class FailureGroup:
     first_seen: int = 0
     last_seen: int = 0
     sample_receipt_id: str = ""
+    gateway_id: str = DEFAULT_GATEWAY
+
+    @property
+    def requeueable(self) -> bool:
+        """Whether "Requeue" can move its rows (a requeued checkpoint is already in flight)."""
+        return self.status in ROW_REQUEUEABLE_STATUSES
 
     @property
     def filter_params(self) -> dict[str, Any]:
-        """Query parameters of the receipts list that show this group (and a plan freezes)."""
-        params: dict[str, Any] = {"status": self.status, "scope": self.scope}
-        fragment = literal_fragment(self.fingerprint)
-        if fragment:
-            params["reason"] = fragment
-        return params
+        """Query parameters of the receipts list that show exactly this group's receipts."""
+        return ReceiptFilter(
+            agent=self.agent_id or None,
+            scopes=(self.scope,),
+            statuses=(self.status,),
+            fingerprint=self.fingerprint,
+            gateway=self.gateway_id,
+        ).to_params()
 
 
 # A plan of one failure group holds at most this many rows (a bigger group is planned from
@@ -80,25 +83,45 @@ class FailureGroup:
 GROUP_PLAN_LIMIT = 10_000
 
 
+@dataclass(frozen=True)
+class GroupSelection:
+    """A group's receipts as the page showed it, and how many joined it since."""
+
+    receipt_ids: list[str]
+    arrived_since: int
+
+
 def failure_group_receipt_ids(
-    *, scope: str, status: str, fingerprint: str, limit: int = GROUP_PLAN_LIMIT
-) -> list[str]:
-    """The receipts of exactly one failure group: its scope and status, and a reason whose
-    fingerprint is the group's (the same masking the groups are folded with), so a plan of
-    the group holds what the group counts and never a look-alike group's rows."""
-    rows = (
-        MemoryDurableReceipt.objects.filter(status=status, scope=scope)
-        .order_by("created_at", "id")
-        .values_list("receipt_id", "reason")
-        .iterator(chunk_size=2000)
+    *,
+    gateway_id: str = DEFAULT_GATEWAY,
+    agent_id: str,
+    scope: str,
+    status: str,
+    fingerprint: str,
+    upto: int | None = None,
+    limit: int = GROUP_PLAN_LIMIT,
+) -> GroupSelection:
+    """The receipts counted in exactly one failure group (its members, so never a look-alike
+    group's rows), oldest first, still in the group's status: those that had joined by the
+    page's mark ``upto`` (``FailureGroups.mark``; None: all), at most ``limit + 1``; and the
+    number that joined after the mark."""
+    members = FailureGroupMember.objects.filter(
+        gateway_id=gateway_id,
+        agent_id=agent_id,
+        scope=scope,
+        status=status,
+        fingerprint=fingerprint,
     )
-    found: list[str] = []
-    for receipt_id, reason in rows:
-        if fingerprint_reason(reason) == fingerprint:
-            found.append(receipt_id)
-            if len(found) > limit:
-                break
-    return found
+    shown = members if upto is None else members.filter(id__lte=upto)
+    ids = list(
+        MemoryDurableReceipt.objects.filter(
+            receipt_id__in=shown.values("receipt_id"), status=status, scope=scope
+        )
+        .order_by("created_at", "id")
+        .values_list("receipt_id", flat=True)[: limit + 1]
+    )
+    arrived = 0 if upto is None else members.filter(id__gt=upto).count()
+    return GroupSelection(receipt_ids=ids, arrived_since=arrived)
 
 
 @dataclass
@@ -106,13 +129,15 @@ class FailureGroups:
     """The largest groups; ``total_groups`` and ``failures`` cover the whole ledger.
 
     ``pending``: failures that arrived (or left) since the last fold and are not in the groups
-    yet (the beat task folds them within ``OPENSQUILLA_AGGREGATE_FOLD_SECONDS``).
+    yet (the beat task folds them within ``OPENSQUILLA_AGGREGATE_FOLD_SECONDS``). ``mark``:
+    the newest membership the page saw; a plan of a group takes its members up to it.
     """
 
     groups: list[FailureGroup] = field(default_factory=list)
     total_groups: int = 0
     failures: int = 0
     pending: int = 0
+    mark: int = 0
 
     @property
     def truncated(self) -> bool:
@@ -123,9 +148,10 @@ class FailureGroups:
 PENDING_CAP = 10_000
 
 _GROUPS_SQL = (
-    # One query: the pending count always comes back, even with no group row.
-    "SELECT p.pending, g.scope, g.status, g.fingerprint, g.count, g.first_seen, g.last_seen, "  # noqa: S608
-    "g.sample_receipt_id, g.total_groups, g.failures "
+    # One query: the pending count and the mark always come back, even with no group row.
+    "SELECT p.pending, g.agent_id, g.scope, g.status, g.fingerprint, g.count, g.first_seen, "  # noqa: S608
+    "g.last_seen, g.sample_receipt_id, g.total_groups, g.failures, "
+    f"(SELECT MAX(id) FROM {MEMBERS}), g.gateway_id "
     # In id order, so PostgreSQL walks the primary key: the inbox is a queue (beat folds and
     # deletes it), and until VACUUM a sequential scan re-reads every deleted row on every render
     # (10 ms after 300,000 folded failures at 5M receipts); index entries of deleted rows are
@@ -133,37 +159,46 @@ _GROUPS_SQL = (
     f"FROM (SELECT COUNT(*) AS pending FROM (SELECT 1 FROM {INBOX} ORDER BY id "
     f"LIMIT {PENDING_CAP + 1}) "
     "AS i) AS p LEFT JOIN ("
-    "SELECT id, scope, status, fingerprint, count, first_seen, last_seen, sample_receipt_id, "
-    "COUNT(*) OVER () AS total_groups, SUM(count) OVER () AS failures "
-    f"FROM {GROUPS} WHERE count > 0 ORDER BY count DESC, last_seen DESC, id LIMIT %s"
+    "SELECT id, gateway_id, agent_id, scope, status, fingerprint, count, first_seen, last_seen, "
+    "sample_receipt_id, COUNT(*) OVER () AS total_groups, SUM(count) OVER () AS failures "
+    # {gateway}: every gateway's groups, or one gateway's when a list was scoped to it.
+    f"FROM {GROUPS} WHERE count > 0{{gateway}} ORDER BY count DESC, last_seen DESC, id LIMIT %s"
     ") AS g ON 1 = 1 ORDER BY g.count DESC, g.last_seen DESC, g.id"
 )
 
 
 def failure_groups(*, limit: int = FAILURE_GROUPS_SHOWN) -> FailureGroups:
-    """Every failed receipt in the ledger grouped by ``(scope, status, fingerprint)``, largest
-    first, as last folded (``receipts_app.failure_groups``). One query."""
+    """Every failed receipt in the ledger (or in the gateway a list is scoped to,
+    ``sessions_app.gateways.gateway_scope``) grouped by ``(gateway, agent, scope, status,
+    fingerprint)``, largest first, as last folded (``receipts_app.failure_groups``). One query."""
+    scope = gateway_scope()
+    sql = _GROUPS_SQL.replace("{gateway}", "" if scope is None else " AND gateway_id = %s")
+    params: list[Any] = [limit] if scope is None else [scope, limit]
     with connection.cursor() as cur:
-        cur.execute(_GROUPS_SQL, [limit])
+        cur.execute(sql, params)
         rows = cur.fetchall()
     pending = int(rows[0][0]) if rows else 0
-    found = [r for r in rows if r[1] is not None]
+    mark = int(rows[0][11] or 0) if rows else 0
+    found = [r for r in rows if r[2] is not None]
     return FailureGroups(
         groups=[
             FailureGroup(
-                scope=r[1],
-                status=r[2],
-                fingerprint=r[3],
-                count=int(r[4]),
-                first_seen=int(r[5]),
-                last_seen=int(r[6]),
-                sample_receipt_id=r[7],
+                agent_id=r[1],
+                scope=r[2],
+                status=r[3],
+                fingerprint=r[4],
+                count=int(r[5]),
+                first_seen=int(r[6]),
+                last_seen=int(r[7]),
+                sample_receipt_id=r[8],
+                gateway_id=r[12],
             )
             for r in found
         ],
-        total_groups=int(found[0][8]) if found else 0,
-        failures=int(found[0][9]) if found else 0,
+        total_groups=int(found[0][9]) if found else 0,
+        failures=int(found[0][10]) if found else 0,
         pending=pending,
+        mark=mark,
     )
 
 

@@ -9,6 +9,7 @@ from urllib.parse import urlencode
 from django import template
 from django.http import QueryDict
 
+from opensquilla_site.timeutil import duration_text, ms_text, now_ms
 from receipts_app.selectors import COUNT_CAP
 
 from .helpers import console_role as _console_role
@@ -27,14 +28,18 @@ def gateway_qs(row: Any, sep: str = "?") -> str:
 
 @register.filter
 def ms_date(value: Any) -> str:
-    """Epoch milliseconds as ``YYYY-MM-DD HH:MM:SS UTC``; blank for None, raw for nonsense."""
-    if value is None or value == "":
-        return "—"
+    """Epoch milliseconds as ``YYYY-MM-DD HH:MM:SS UTC``; "—" for None, raw for nonsense."""
+    return ms_text(value)
+
+
+@register.filter
+def ms_ago(value: Any) -> str:
+    """How long ago an epoch-ms time was, "12 min ago" (a card's age; its date is the title)."""
     try:
-        moment = datetime.fromtimestamp(int(value) / 1000, tz=UTC)
-    except (TypeError, ValueError, OverflowError, OSError):
-        return str(value)
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+        elapsed = max(0, now_ms() - int(value)) / 1000
+    except (TypeError, ValueError):
+        return ""
+    return f"{duration_text(elapsed)} ago"
 
 
 @register.filter

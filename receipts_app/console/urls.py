@@ -2,6 +2,8 @@
 
 from django.urls import include, path
 
+import opensquilla_site.schemas  # noqa: F401 - registers the "anytext" path converter
+
 from .views import audit, overview, plans, receipts, session_memory, sessions
 
 receipt_patterns = (
@@ -9,15 +11,15 @@ receipt_patterns = (
         path("", overview.overview, name="overview"),
         path("receipts/", receipts.receipt_list, name="list"),
         path("receipts/new-count/", receipts.receipt_new_count, name="new_count"),
-        # Receipt ids are free text (imports, the API): the path converter accepts any of them.
+        # Receipt ids are free text (imports, the API): the converter accepts any stored one.
         # The action routes come first so an id never swallows their suffix.
-        path("receipts/<path:receipt_id>/requeue/", receipts.receipt_requeue, name="requeue"),
+        path("receipts/<anytext:receipt_id>/requeue/", receipts.receipt_requeue, name="requeue"),
         path(
-            "receipts/<path:receipt_id>/acknowledge/",
+            "receipts/<anytext:receipt_id>/acknowledge/",
             receipts.receipt_acknowledge,
             name="acknowledge",
         ),
-        path("receipts/<path:receipt_id>/", receipts.receipt_detail, name="detail"),
+        path("receipts/<anytext:receipt_id>/", receipts.receipt_detail, name="detail"),
         path("plans/", plans.plan_list, name="plans"),
         path("plans/new/", plans.plan_create, name="plan_create"),
         path("plans/new/group/", plans.plan_from_group, name="plan_from_group"),
@@ -40,7 +42,7 @@ session_patterns = (
     [
         path("", sessions.session_list, name="list"),
         # Keys are free text (colons, slashes): the path converter keeps them whole.
-        path("s/<path:session_key>", sessions.session_detail, name="detail"),
+        path("s/<anytext:session_key>", sessions.session_detail, name="detail"),
     ],
     "sessions",
 )

@@ -6,6 +6,7 @@ when it is called.
 """
 
 from .archive import parse_raw_fallback_entries, write_raw_fallback_archive
+from .correlation import ProviderRequestCorrelation
 from .safety import (
     allows_destructive_compaction,
     flush_receipt_allows_destructive_compaction,
@@ -20,6 +21,7 @@ __all__ = [
     "FlushStatus",
     "Message",
     "ProviderCompletionError",
+    "ProviderRequestCorrelation",
     "SessionFlushService",
     "ToolCall",
     "ToolResult",

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .correlation import current_provider_request_correlation
 from .prompts import safe_error_message
 from .safety import validate_flush_save_arguments
 from .types import (
@@ -109,7 +110,12 @@ async def provider_complete(provider: Any, *, messages: list[Message], max_token
         name = type(provider).__name__
         raise TypeError(f"Provider {name} supports neither complete() nor chat()")
     chunks: list[str] = []
-    stream = chat(messages, config={"max_tokens": max_tokens})
+    config: dict[str, Any] = {"max_tokens": max_tokens}
+    correlation = current_provider_request_correlation()
+    if correlation is not None:
+        # Upstream's streaming providers read it from their chat config.
+        config["provider_request_correlation"] = correlation
+    stream = chat(messages, config=config)
     try:
         async for event in stream:
             kind = getattr(event, "kind", "")

@@ -14,12 +14,14 @@ from typing import Any
 
 import httpx
 
+from .correlation import current_provider_request_correlation
 from .types import ProviderCompletionError
 
 __all__ = [
     "CompletionResponse",
     "OpenAICompatibleProvider",
     "ProviderCompletionError",
+    "correlation_disabled",
     "select_flush_provider",
 ]
 
@@ -56,6 +58,11 @@ class OpenAICompatibleProvider:
     Every failure (HTTP status, timeout, connection error, unreadable body) raises
     ``ProviderCompletionError`` with a short ``code``, which the flush files as
     ``provider_failed_archived``.
+
+    With ``send_correlation`` the flush's provider request correlation goes out as the
+    ``X-OpenSquilla-*`` headers upstream uses (headers, not the body's ``metadata``: OpenAI
+    refuses ``metadata`` unless ``store`` is on, and other servers may reject unknown body
+    fields, while every server ignores a header it does not know).
     """
 
     def __init__(
@@ -66,6 +73,7 @@ class OpenAICompatibleProvider:
         api_key: str = "",
         timeout: float = 120.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        send_correlation: bool = True,
     ) -> None:
         if not base_url:
             raise ValueError("base_url is required")
@@ -76,6 +84,7 @@ class OpenAICompatibleProvider:
         self._api_key = api_key
         self._timeout = timeout
         self._transport = transport
+        self._send_correlation = send_correlation
 
     def __repr__(self) -> str:
         # Never let the API key reach logs through a repr.
@@ -86,6 +95,9 @@ class OpenAICompatibleProvider:
         # Local servers (llama.cpp, vLLM) often run without a key; send no header then.
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
+        correlation = current_provider_request_correlation()
+        if self._send_correlation and correlation is not None:
+            headers.update(correlation.headers())
         body = {
             "model": self.model,
             "messages": [_wire_message(m) for m in messages],
@@ -155,4 +167,16 @@ def select_flush_provider(agent_id: str) -> OpenAICompatibleProvider | None:
         model=model,
         api_key=str(getattr(settings, "OPENSQUILLA_FLUSH_API_KEY", "") or ""),
         timeout=float(getattr(settings, "OPENSQUILLA_FLUSH_TIMEOUT", 120.0) or 120.0),
+        send_correlation=not correlation_disabled(),
     )
+
+
+def correlation_disabled() -> bool:
+    """Upstream's privacy switch: no request correlation is built or sent when it is on.
+
+    Read at call time (``OPENSQUILLA_PRIVACY_DISABLE_NETWORK_OBSERVABILITY``), so flipping
+    it takes effect on the next flush, as upstream re-checks it on every repair run.
+    """
+    from django.conf import settings
+
+    return bool(getattr(settings, "OPENSQUILLA_PRIVACY_DISABLE_NETWORK_OBSERVABILITY", False))

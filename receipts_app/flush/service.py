@@ -21,6 +21,11 @@ from typing import Any
 from ..statuses import PREIMAGE_SAVED
 from .archive import DEFAULT_RAW_ARCHIVE_MAX_CHARS
 from .calls import FlushRun, ToolHandler, error_fields, raw_status, resolved
+from .correlation import (
+    ProviderRequestCorrelation,
+    bind_provider_request_correlation,
+    coerce_correlation,
+)
 from .llm import llm_flush
 from .normalize import normalize_transcript
 from .raw import RawArchiver
@@ -85,13 +90,15 @@ class SessionFlushService:
         checkpoint_exists: bool | None = None,
         turn_id: str | None = None,
         raw_capture_policy: RawCapturePolicy = "best_effort",
-        provider_request_correlation: Mapping[str, Any] | None = None,
+        provider_request_correlation: ProviderRequestCorrelation | Mapping[str, Any] | None = None,
     ) -> FlushReceipt:
         """Flush ``transcript`` and return the receipt; flush failures never raise.
 
         Raises ``ValueError`` for bad arguments and lets ``asyncio.CancelledError``
-        propagate. ``provider_request_correlation`` is only logged: usage accounting is
-        not part of this port.
+        propagate. ``provider_request_correlation`` is bound while the provider is called
+        (the provider sends it, ``flush.correlation``) and logged with the outcome; a
+        mapping with the same field names is accepted, and an empty ``turn_id`` takes this
+        flush's own turn id.
         """
         run = FlushRun(
             agent_id=agent_id,
@@ -151,17 +158,19 @@ class SessionFlushService:
                 # Before the provider call, so a crash mid-flush still leaves a row behind.
                 await self._write_preimage_row(preimage, run)
 
+        correlation = coerce_correlation(provider_request_correlation, turn_id=run.turn_id)
         try:
-            receipt = await self._flush(
-                messages,
-                run,
-                preimage=preimage,
-                timeout=self._default_timeout if timeout is None else timeout,
-                flush_max_chars=flush_max_chars,
-                segment_mode=segment_mode,
-                segment_max_chars=segment_max_chars,
-                segment_overlap_messages=segment_overlap_messages,
-            )
+            with bind_provider_request_correlation(correlation):
+                receipt = await self._flush(
+                    messages,
+                    run,
+                    preimage=preimage,
+                    timeout=self._default_timeout if timeout is None else timeout,
+                    flush_max_chars=flush_max_chars,
+                    segment_mode=segment_mode,
+                    segment_max_chars=segment_max_chars,
+                    segment_overlap_messages=segment_overlap_messages,
+                )
         except asyncio.CancelledError:
             # Compaction budgets and resets cancel flushes; that must never be swallowed.
             raise
@@ -181,7 +190,7 @@ class SessionFlushService:
                 input_message_count=run.input_message_count,
                 truncation_policy="error",
             )
-        return await self._done(receipt, run, provider_request_correlation)
+        return await self._done(receipt, run, correlation)
 
     async def _flush(
         self,
@@ -341,9 +350,11 @@ class SessionFlushService:
         self,
         receipt: FlushReceipt,
         run: FlushRun,
-        correlation: Mapping[str, Any] | None = None,
+        correlation: ProviderRequestCorrelation | Mapping[str, Any] | None = None,
     ) -> FlushReceipt:
         receipt = self._stamp(receipt, run)
+        if isinstance(correlation, ProviderRequestCorrelation):
+            correlation = correlation.to_dict()
         logger.info(
             "session_flush.done",
             extra={

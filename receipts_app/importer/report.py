@@ -58,6 +58,8 @@ class ImportReport:
     remapped_receipt_ids: int = 0
     gateway: str = "local"
     coverage_columns_present: bool = True
+    # The source's OpenSquilla schema, e.g. "25 (V040__document_resources)" (importer.schema).
+    source_schema: str = ""
     warnings: list[str] = field(default_factory=list)
     _warning_kinds: dict[str, int] = field(default_factory=dict, repr=False)
 
@@ -85,6 +87,7 @@ class ImportReport:
 
     def summary_lines(self) -> list[str]:
         lines = [
+            *([f"source schema: {self.source_schema}"] if self.source_schema else []),
             f"sessions: {self.sessions.line()}",
             f"transcript entries: {self.transcript_entries.line()}"
             + (f" ({self.remapped_entry_ids} given new ids)" if self.remapped_entry_ids else ""),

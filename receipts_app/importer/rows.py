@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.management.color import no_style
 from django.db import connection
 
+from opensquilla_site.identifiers import control_character_problem
 from sessions_app.gateways import current_gateway
 from sessions_app.keys import agent_id_for_session_key, canonicalize_session_key, normalize_agent_id
 from sessions_app.models import Session, TranscriptEntry
@@ -25,6 +26,7 @@ from sessions_app.models import Session, TranscriptEntry
 from .. import ledger
 from ..ledger import LEDGER_FIELDS
 from ..models import MemoryDurableReceipt, new_receipt_id
+from ..receipt_ids import identifier_columns_problem
 from ..statuses import CHECKPOINT_SAVED, PREIMAGE_SAVED
 from .paths import check_receipt_path, is_file_path, normalise
 from .report import Counts, ImportReport
@@ -63,6 +65,55 @@ def count(counts: Counts, outcome: str) -> None:
     setattr(counts, outcome, getattr(counts, outcome) + 1)
 
 
+# --- identifiers with control characters --------------------------------------------------
+# Upstream stores any text as a key or id; the ledger refuses control characters in them
+# (opensquilla_site.identifiers). Such a source row is skipped, not imported and not fatal:
+# counted as skipped and named by its source rowid in a warning (docs/IMPORT.md).
+
+Row = TypeVar("Row", SourceSession, SourceEntry, SourceReceipt)
+UNADDRESSABLE = "control_characters"
+
+
+def _names_problem(named: Sequence[tuple[str, str | None]]) -> str | None:
+    for name, value in named:
+        problem = control_character_problem(value) if value else None
+        if problem is not None:
+            return f"{name} {problem}"
+    return None
+
+
+def _key_problem(row: SourceSession | SourceEntry) -> str | None:
+    # An entry is checked as its session is, so a skipped session's entries are skipped too.
+    key = canonicalize_session_key(row.session_key)
+    return _names_problem([("session_key", key), ("session_id", row.session_id)])
+
+
+def _receipt_problem(row: SourceReceipt) -> str | None:
+    return identifier_columns_problem(receipt_values(row))
+
+
+_PROBLEM: dict[type, tuple[str, Callable[[Any], str | None]]] = {
+    SourceSession: ("session", _key_problem),
+    SourceEntry: ("transcript entry", _key_problem),
+    SourceReceipt: ("receipt", _receipt_problem),
+}
+
+
+def without_unaddressable(batch: Sequence[Row], report: ImportReport, counts: Counts) -> list[Row]:
+    """The rows of ``batch`` whose keys and ids hold no control character; each other row is
+    counted as skipped in ``counts`` and reported with its source rowid."""
+    kept: list[Row] = []
+    for row in batch:
+        what, problem_of = _PROBLEM[type(row)]
+        problem = problem_of(row)
+        if problem is None:
+            kept.append(row)
+            continue
+        counts.skipped += 1
+        report.warn(UNADDRESSABLE, f"{what} at source rowid {row.rowid}: {problem}; not imported")
+    return kept
+
+
 # --- sessions -----------------------------------------------------------------------------
 
 
@@ -73,7 +124,9 @@ def _session_agent(row: SourceSession, key: str) -> str:
 
 
 def apply_sessions(batch: Sequence[SourceSession], report: ImportReport) -> list[str]:
-    """Create or merge each session; returns the canonical keys of the batch, in order."""
+    """Create or merge each session; returns the canonical keys of the batch, in order
+    (without the sessions skipped for a control character in their key or id)."""
+    batch = without_unaddressable(batch, report, report.sessions)
     keys = [canonicalize_session_key(row.session_key) for row in batch]
     local = {s.session_key: s for s in Session.objects.here().filter(session_key__in=keys)}
     to_create: dict[str, Session] = {}
@@ -154,6 +207,7 @@ def _entry_values(row: SourceEntry) -> dict[str, Any]:
 def apply_entries(batch: Sequence[SourceEntry], report: ImportReport) -> set[str]:
     """Create or update each entry, keeping upstream ids (docs/IMPORT.md "Transcript entry
     ids"); returns the session keys where an id was taken and a new one given."""
+    batch = without_unaddressable(batch, report, report.transcript_entries)
     remapped_sessions: set[str] = set()
     ids = [row.id for row in batch]
     identities = {(row.session_id, _message_id(row)) for row in batch}
@@ -308,7 +362,9 @@ def apply_receipts(
     """Create new receipts and overwrite those ``decide`` says the source wins, through the
     ledger's bulk upsert with the source stamps kept. ``receipt_id`` and ``created_at`` of a
     local row never change; an overwritten row loses its local resolution link (the upstream
-    row moved on, so the earlier resolution no longer describes it)."""
+    row moved on, so the earlier resolution no longer describes it). A row with a control
+    character in a key or id is skipped and reported, and has no ``ReceiptChange``."""
+    batch = without_unaddressable(batch, report, report.receipts)
     rows = [receipt_values(row) for row in batch]
     for values in rows:
         check_receipt_path(values["receipt_id"], "source_path", values["source_path"])

@@ -96,6 +96,7 @@ def import_opensquilla(
     created_files: list[Path] = []
     with SourceDatabase(db_path) as source, using_gateway(gateway):
         report.coverage_columns_present = source.has_coverage_columns
+        _note_schema(source, report)
         totals = {
             "sessions": source.count("sessions"),
             "transcript entries": source.count("transcript_entries"),
@@ -130,6 +131,17 @@ def import_opensquilla(
     return report
 
 
+def _note_schema(source: SourceDatabase, report: ImportReport) -> None:
+    schema = source.schema_version()
+    report.source_schema = schema.label()
+    if schema.newer_than_known:
+        report.warn(
+            "newer_schema",
+            f"the source schema ({schema.label()}) is newer than this product knows; "
+            "only the tables and columns it knows were read",
+        )
+
+
 # --- arguments ----------------------------------------------------------------------------
 
 
@@ -151,12 +163,12 @@ def check_gateway_name(gateway: str) -> str:
 
 def record_gateway_seen(gateway: str, source: SourceDatabase) -> None:
     """The gateway (created when new), with where it is read from and what it runs."""
-    version, schema = source.schema()
+    schema = source.schema_version()  # the one schema reader (importer/schema.py)
     ensure_gateway(
         gateway,
         source=str(Path(source.path).expanduser().resolve()),
-        opensquilla_version=version,
-        schema_version=schema,
+        opensquilla_version=schema.release,
+        schema_version=schema.label(),
         last_seen_at=now_ms(),
     )
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..receipt_ids import addressable_receipt_id
 from .errors import ImportSourceError
+from .schema import SchemaVersion, read_schema_version
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 CHUNK = 500
@@ -61,6 +62,8 @@ OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {
     ),
 }
 COVERAGE_COLUMNS = ("coverage_turn_id", "coverage_hash", "coverage_entry_count")
+# Each row's SQLite rowid, read beside its columns so a report can name the source row.
+ROWID = "_rowid"
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ class SourceSession:
     epoch: int
     created_at: int
     updated_at: int
+    rowid: int | None = None  # the source row, named when the row is reported
 
 
 @dataclass(frozen=True)
@@ -87,10 +91,15 @@ class SourceEntry:
     token_count: int | None
     created_at: int
 
+    @property
+    def rowid(self) -> int:
+        return self.id  # INTEGER PRIMARY KEY: the id is the rowid
+
 
 @dataclass(frozen=True)
 class SourceReceipt:
     values: dict[str, Any]
+    rowid: int | None = None
 
     @property
     def receipt_id(self) -> str:
@@ -150,10 +159,6 @@ def _json_text(value: Any, what: str) -> Any:
         raise ImportSourceError(f"{what} is not valid JSON") from exc
 
 
-# The newest schema migration each release this product was checked against ships with.
-KNOWN_NEWEST_MIGRATIONS = {"V014__meta_skill_run_steps_allow_user_input": "0.3.0"}
-
-
 # --- the database -------------------------------------------------------------------------
 
 
@@ -175,6 +180,12 @@ class SourceDatabase:
     def __exit__(self, *exc: object) -> None:
         self.conn.close()
 
+    def schema_version(self) -> SchemaVersion:
+        try:
+            return read_schema_version(self.conn)
+        except sqlite3.DatabaseError as exc:
+            raise ImportSourceError(f"{self.path} cannot be read: {exc}") from exc
+
     @property
     def has_coverage_columns(self) -> bool:
         present = self.columns["memory_durable_receipts"]
@@ -193,9 +204,11 @@ class SourceDatabase:
         self, table: str, order_by: str, where: str = "", params: tuple[Any, ...] = ()
     ) -> Iterator[list[dict[str, Any]]]:
         present = self.columns[table]
-        wanted = REQUIRED_COLUMNS[table] + OPTIONAL_COLUMNS[table]
+        wanted = REQUIRED_COLUMNS[table] + OPTIONAL_COLUMNS[table] + (ROWID,)
         # Table and column names come from the constants above, never from the source file.
-        select = ", ".join(c if c in present else f"NULL AS {c}" for c in wanted)
+        select = ", ".join(c if c in present else f"NULL AS {c}" for c in wanted if c != ROWID) + (
+            f", rowid AS {ROWID}" if self._has_rowid(table) else f", NULL AS {ROWID}"
+        )
         condition = f" WHERE {where}" if where else ""
         cursor = self._run(
             f"SELECT {select} FROM {table}{condition} ORDER BY {order_by}",  # noqa: S608
@@ -256,25 +269,6 @@ class SourceDatabase:
         except sqlite3.DatabaseError as exc:
             raise ImportSourceError(f"{self.path} cannot be read: {exc}") from exc
 
-    def schema(self) -> tuple[str, str]:
-        """``(OpenSquilla version, schema)`` as far as the file tells.
-
-        A gateway records its schema migrations in ``_yoyo_migration``: the schema is the
-        newest one applied, and the version is known for the newest migration of a release
-        this product was checked against. A database without that table (written by
-        OpenSquilla's storage alone) is described by its receipts table's shape."""
-        try:
-            row = self.conn.execute(
-                "SELECT migration_id FROM _yoyo_migration ORDER BY migration_id DESC LIMIT 1"
-            ).fetchone()
-        except sqlite3.DatabaseError:
-            row = None
-        if row is not None and row[0]:
-            newest = str(row[0])[:200]
-            return KNOWN_NEWEST_MIGRATIONS.get(newest, ""), newest
-        shape = "with coverage" if self.has_coverage_columns else "without coverage"
-        return "", f"no migration table; receipts {shape} columns"
-
     def max_entry_id(self) -> int:
         return int(self._run("SELECT COALESCE(MAX(id), 0) FROM transcript_entries").fetchone()[0])
 
@@ -282,9 +276,10 @@ class SourceDatabase:
         """SQLite's per-connection change counter: it moves when another connection commits."""
         return int(self._run("PRAGMA data_version").fetchone()[0])
 
-    def _has_rowid(self) -> bool:
+    def _has_rowid(self, table: str = "memory_durable_receipts") -> bool:
+        # Table names come from the constants above, never from the source file.
         try:
-            self.conn.execute("SELECT rowid FROM memory_durable_receipts LIMIT 1")
+            self.conn.execute(f"SELECT rowid FROM {table} LIMIT 1")  # noqa: S608
         except sqlite3.DatabaseError:
             return False
         return True
@@ -381,6 +376,7 @@ def _session(row: dict[str, Any]) -> SourceSession:
         epoch=epoch,
         created_at=_int(row["created_at"], f"{what}: created_at", required=True),
         updated_at=_int(row["updated_at"], f"{what}: updated_at", required=True),
+        rowid=row[ROWID],
     )
 
 
@@ -440,4 +436,4 @@ def _receipt(row: dict[str, Any]) -> SourceReceipt:
     values["created_at"] = _int(row["created_at"], f"{what}: created_at", required=True)
     values["updated_at"] = _int(row["updated_at"], f"{what}: updated_at", required=True)
     values["schema_version"] = _int(row["schema_version"], f"{what}: schema_version", default=1)
-    return SourceReceipt(values=values)
+    return SourceReceipt(values=values, rowid=row[ROWID])

@@ -38,6 +38,7 @@ from sessions_app.models import Session
 
 from .. import audit
 from ..models import MemoryDurableReceipt, new_receipt_id
+from ..receipt_ids import check_identifier_columns
 from ..statuses import REPAIR_PENDING, REPAIR_QUEUE_STATUSES, REPAIR_RUNNING
 from . import fastsql, retry
 from .columns import LEDGER_FIELDS, UPDATABLE_FIELDS
@@ -100,6 +101,8 @@ def _prepare_for_write(
     values["agent_id"] = agent_id_for_session_key(receipt.session_key) or ""
     values["resolved_by_receipt_id"] = receipt.resolved_by_receipt_id
     values["gateway_id"] = receipt.gateway_id
+    # Before any database work: a key or id with a line break cannot be linked or echoed.
+    check_identifier_columns(values)
     return values
 
 
@@ -132,8 +135,9 @@ def bulk_upsert_memory_durable_receipts(
     """Upsert many unfenced receipts in one transaction; returns the stored rows in input order.
 
     A key repeated inside one batch keeps its last values, as sequential upserts would. Rows
-    are written in key order, so overlapping concurrent batches take their row locks in one
-    order and cannot deadlock each other; a deadlock that happens anyway is retried once.
+    are written in key order (``retry.lock_order``, the order plan batches lock in too), so
+    overlapping concurrent writers take their row locks in one order; a deadlock or
+    serialization failure that happens anyway is retried with backoff (``retry``).
     ``keep_stamps=True`` (the OpenSquilla import and mirror) keeps each row's ``updated_at``.
     """
     stamp = now_ms()
@@ -142,7 +146,7 @@ def bulk_upsert_memory_durable_receipts(
         row = _prepare_for_write(receipt, stamp, keep_stamps=keep_stamps)
         latest[row["idempotency_key"]] = row
     ordered = [latest[key] for key in sorted(latest)]
-    written = retry.atomic_retrying_once(lambda: fastsql.bulk_upsert(ordered))
+    written = retry.atomic_retrying(lambda: fastsql.bulk_upsert(ordered))
     stored = {r.idempotency_key: r for r in written}
     return [stored[receipt.idempotency_key] for receipt in receipts]
 
@@ -159,6 +163,7 @@ def update_memory_durable_receipt(receipt_id: str, /, **fields: Any) -> MemoryDu
     if "session_key" in fields:
         fields["session_key"] = canonicalize_session_key(fields["session_key"])
         fields["agent_id"] = agent_id_for_session_key(fields["session_key"]) or ""
+    check_identifier_columns(fields)
     stamp = now_ms()
     if fields.get("updated_at") is None:
         fields["updated_at"] = stamp
@@ -387,22 +392,34 @@ def get_memory_durable_receipt(receipt_id: str) -> MemoryDurableReceipt:
 
 
 def purge_receipts_for_session_key(session_key: str) -> int:
-    """Delete every receipt of a key (all generations); called inside the session delete."""
+    """Delete every receipt of a key (all generations) in the current gateway; called inside
+    the session delete.
+
+    The audit trail keeps one ``purged`` event per receipt and one ``session_deleted`` event
+    for the key (also when it had no receipts), with the actor of the surface that deleted it.
+    """
     receipts = MemoryDurableReceipt.objects.here().filter(session_key=session_key)
     rows = list(receipts.values_list("receipt_id", "status"))
-    if not rows:
-        return 0
-    receipts.delete()
+    if rows:
+        receipts.delete()
     audit.record_events(
         [
+            *(
+                audit.build_event(
+                    receipt_id=rid,
+                    session_key=session_key,
+                    action="purged",
+                    from_status=status,
+                    reason="session deleted",
+                )
+                for rid, status in rows
+            ),
             audit.build_event(
-                receipt_id=rid,
+                receipt_id="",
                 session_key=session_key,
-                action="purged",
-                from_status=status,
-                reason="session deleted",
-            )
-            for rid, status in rows
+                action="session_deleted",
+                details={"receipts_purged": len(rows)},
+            ),
         ]
     )
     return len(rows)

@@ -12,9 +12,9 @@ disagree with the rows a committed transaction left behind.
 - SQLite: row-level triggers that adjust one row per key in place (writers are serialised by
   the database lock anyway, so there is no contention to avoid).
 
-The failure statuses are frozen into the SQL by the migration that installs it; a change of
-``statuses.FAILURE_STATUSES`` needs a migration that re-installs the triggers
-(``manage.py check_counts`` reports the drift until then).
+The statuses that feed the failure groups (``statuses.AT_RISK_STATUSES``) are frozen into the
+SQL by the migration that installs it (0016 now); a change of that list needs a migration that
+re-installs the triggers (``manage.py check_counts`` reports the drift until then).
 """
 
 # Every interpolated name is a constant of this module or a status from statuses.py.
@@ -28,6 +28,7 @@ T = "receipts_app_memorydurablereceipt"
 COUNTS = "receipts_app_receiptcount"
 INBOX = "receipts_app_failureinbox"
 GROUPS = "receipts_app_failuregroupcount"
+MEMBERS = "receipts_app_failuregroupmember"
 SQLITE_COUNTS_KEY = "receipt_count_key_uniq"
 _INBOX_COLUMNS = "receipt_id, scope, status, reason, created_at, sign"
 # What a count row is per. The migrations that installed an older key pass it (frozen there):
@@ -103,6 +104,7 @@ BEGIN
   DELETE FROM {COUNTS};
   DELETE FROM {INBOX};
   DELETE FROM {GROUPS};
+  DELETE FROM {MEMBERS};
   RETURN NULL;
 END $$""",
     ]

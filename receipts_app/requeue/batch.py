@@ -25,6 +25,7 @@ from opensquilla_site import timeutil
 
 from .. import audit, enqueue
 from ..audit import Actor
+from ..ledger.retry import lock_order
 from ..models import MemoryDurableReceipt
 from .engine import STALE_MESSAGE, RequeueResult, requeue_event
 from .rules import ROW_FACT_FIELDS, BatchContext, Outcome, RowFacts, decide_requeue
@@ -53,13 +54,14 @@ def requeue_batch(
     writes and the events commit or roll back together, and the messages leave after commit.
     """
     with audit.acting_as(actor):
+        # Locked in the ledger's one lock order (the bulk upsert's): no lock cycle with it.
         locked = {
             row.pk: row
             for row in map(
                 RowFacts._make,
                 MemoryDurableReceipt.objects.select_for_update()
                 .filter(pk__in=[pk for pk, _rid in targets])
-                .order_by("id")
+                .order_by(lock_order())
                 .values_list(*ROW_FACT_FIELDS),
             )
         }

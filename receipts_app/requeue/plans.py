@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from django.db import transaction
+from django.db import OperationalError, transaction
 from django.db.models import QuerySet
 
 from opensquilla_site import timeutil
@@ -24,6 +24,7 @@ from opensquilla_site.pagination import keyset_after
 
 from .. import enqueue
 from ..audit import Actor
+from ..ledger import retry
 from ..models import MemoryDurableReceipt, RequeuePlan
 from ..selectors import ReceiptFilter, filter_receipts
 from ..signals import requeue_outcomes_recorded
@@ -188,14 +189,23 @@ def run_requeue_plan(
     """Execute the plan's remaining batches (the body of the ``run_requeue_plan`` task).
 
     Returns with ``state == "running"`` when ``time_budget_s`` ran out between batches; the
-    task then re-enqueues itself. A batch that raises marks the plan ``failed`` with the
-    error text and rolls that batch back; executing the plan again resumes from the cursor.
+    task then re-enqueues itself. A batch that PostgreSQL aborts on a deadlock or serialization
+    failure is rolled back and run again (``ledger.retry``); one still conflicting after every
+    retry is left to the next slice (``running``), so a plan never fails on a lock conflict
+    when a task runs it. Any other error marks the plan ``failed`` with the error text and
+    rolls that batch back; executing the plan again resumes from the cursor.
     """
     get_requeue_plan(plan_id)  # KeyError for an unknown id, before any state is touched
     started = time.monotonic()
     while True:
         try:
-            plan, finished = _run_one_batch(plan_id, batch_size)
+            plan, finished = retry.atomic_retrying(lambda: _run_one_batch(plan_id, batch_size))
+        except OperationalError as exc:
+            if time_budget_s is not None and retry.is_lock_conflict(exc):
+                logger.warning("requeue plan %s: batch still conflicting; next slice", plan_id)
+                return _keep_running(plan_id)
+            logger.exception("requeue plan %s failed", plan_id)
+            return _mark_failed(plan_id, exc)
         except Exception as exc:
             logger.exception("requeue plan %s failed", plan_id)
             return _mark_failed(plan_id, exc)
@@ -245,6 +255,18 @@ def _run_one_batch(plan_id: str, batch_size: int) -> tuple[RequeuePlan, bool]:
         plan.updated_at = timeutil.now_ms()
         plan.save()
         return plan, False
+
+
+def _keep_running(plan_id: str) -> RequeuePlan:
+    """Hand the plan to its next slice: ``running``, which the task re-enqueues."""
+    with transaction.atomic():
+        plan = RequeuePlan.objects.select_for_update().get(plan_id=plan_id)
+        if plan.state == "queued":
+            plan.state = "running"
+            plan.started_at = plan.started_at or timeutil.now_ms()
+            plan.updated_at = timeutil.now_ms()
+            plan.save(update_fields=["state", "started_at", "updated_at"])
+        return plan
 
 
 def _mark_failed(plan_id: str, exc: BaseException) -> RequeuePlan:

@@ -1,7 +1,8 @@
 // Console behaviour that htmx attributes cannot express: row selection with
 // "select all N matching" (and the bulk button saying how many it will take), pollers that
-// pause while the tab is hidden or the operator is typing in them, and an immediate refresh
-// when a hidden tab becomes visible. No eval, no inline code: it runs under a strict CSP.
+// pause while the tab is hidden or the operator is typing in them, an immediate refresh
+// when a hidden tab becomes visible, and Escape to close an open row form. No eval, no
+// inline code: it runs under a strict CSP.
 (function () {
   "use strict";
 
@@ -94,6 +95,26 @@
     if (!elt || !elt.hasAttribute || !elt.hasAttribute("data-poll")) return;
     if (event.detail.requestConfig && event.detail.requestConfig.verb !== "get") return;
     if (document.hidden || busy(elt)) event.preventDefault();
+  });
+
+  // Escape closes the form the operator opened ("Requeue…" on a row or a failure group):
+  // the one around the focus, else the last one open. Focus returns to its summary.
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "Escape" || event.defaultPrevented) return;
+    var active = document.activeElement;
+    var around = active && active.closest ? active.closest("details[open]") : null;
+    var open = around && around.querySelector("form") ? around : null;
+    if (!open) {
+      var all = Array.prototype.filter.call(
+        document.querySelectorAll("details[open]"),
+        function (d) { return !!d.querySelector("form"); });
+      open = all.length ? all[all.length - 1] : null;
+    }
+    if (!open) return;
+    open.open = false;
+    var summary = open.querySelector("summary");
+    if (summary) summary.focus();
+    event.preventDefault();
   });
 
   // Catch up at once when the operator comes back instead of waiting for the next tick.

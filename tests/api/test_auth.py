@@ -7,8 +7,9 @@ from django.test import Client
 
 from opensquilla_site.models import ApiToken
 from opensquilla_site.tokens import authenticate_token, create_api_token, revoke_api_token
+from receipts_app.models import ReceiptEvent
 from tests.api.conftest import API, ApiCaller, assert_error
-from tests.factories import make_session, make_user
+from tests.factories import make_receipt, make_session, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -86,8 +87,16 @@ def test_operate_scope_acts_but_cannot_delete_or_manage_tokens(operator):
 
 
 def test_admin_scope_deletes_sessions(admin):
-    make_session("agent:main:webchat:a1", messages=1)
+    session = make_session("agent:main:webchat:a1", messages=1)
+    receipt = make_receipt(session_key=session.session_key, session_id=session.session_id)
     assert admin.delete("/sessions/agent:main:webchat:a1").status_code == 204
+    # The audit trail names who deleted it, as the admin's delete does.
+    events = ReceiptEvent.objects.filter(session_key=session.session_key)
+    assert {(e.action, e.receipt_id) for e in events} == {
+        ("purged", receipt.receipt_id),
+        ("session_deleted", ""),
+    }
+    assert {(e.actor, e.surface) for e in events} == {("admin (token admin-token)", "api")}
 
 
 def test_admin_manages_tokens_over_the_api(admin):

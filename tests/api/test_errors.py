@@ -57,3 +57,45 @@ def test_openapi_docs_are_served(reader):
         operation_ids
     )
     assert reader.client.get("/api/v1/docs").status_code == 200
+
+
+@pytest.mark.parametrize("value", [5, 1.5, True, {"a": 1}, [5], [["checkpoint_failed"]]])
+@pytest.mark.parametrize("name", ["status", "scope", "receipt_id"])
+def test_a_plan_filter_of_the_wrong_type_is_a_422_not_a_500(operator, name, value):
+    response = operator.post("/requeue-plans", {"filters": {name: value}})
+    body = assert_error(response, 422, "validation_error")
+    assert f"{name} must be text or a list of text" in body["detail"]
+
+
+@pytest.mark.parametrize(
+    "filters,message",
+    [
+        ({"session_id": {"x": 1}}, "session_id must be text"),
+        ({"agent": ["main"]}, "agent must be text"),
+        ({"attempts_min": 1.5}, "attempts_min must be a whole number"),
+        ({"due": 5}, "due must be true or false"),
+        ({"created_from": True}, "created_from must be epoch milliseconds"),
+    ],
+)
+def test_every_filter_kind_names_a_value_of_the_wrong_type(operator, filters, message):
+    body = assert_error(
+        operator.post("/requeue-plans", {"filters": filters}), 422, "validation_error"
+    )
+    assert message in body["detail"]
+
+
+@pytest.mark.parametrize("query", ["?cursor=%00", "?status=a%00b", "?limit=1&reason=%00"])
+def test_a_nul_in_an_api_query_string_is_a_422(reader, query):
+    body = assert_error(reader.get("/receipts" + query), 422, "validation_error")
+    assert "NUL character" in body["detail"]
+
+
+def test_a_nul_in_a_json_object_key_is_a_422(operator):
+    from tests.factories import make_session
+
+    session = make_session("agent:main:webchat:nul-key")
+    message = {"role": "assistant", "content": "x", "tool_calls": [{"na\u0000me": "f"}]}
+    response = operator.post(f"/sessions/{session.session_key}/messages", message)
+    assert_error(response, 422, "validation_error")
+    plan = operator.post("/requeue-plans", {"filters": {"status\u0000": "x"}})
+    assert_error(plan, 422, "validation_error")

@@ -224,3 +224,180 @@ def _css(value: str) -> str:
     """``value`` inside a double-quoted CSS attribute selector (tests only: the console never
     builds a selector from an id)."""
     return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+# --- phones: card rows, groups, time at risk, tap targets, Escape, the audit pager ---------------
+
+IN_VIEW = """
+(el) => { const r = el.getBoundingClientRect();
+          return r.width > 0 && r.left >= 0 && r.right <= window.innerWidth + 0.5; }
+"""
+TOO_SMALL = """
+(min) => Array.from(document.querySelectorAll(
+    "header a, header button, main button, main summary, main .tabs a, main .pager a,"
+    + " main td.actions > a, main input[type=checkbox]"))
+  .filter((e) => e.offsetParent !== null)
+  .map((e) => [e.getBoundingClientRect().height, e.outerHTML.slice(0, 80)])
+  .filter(([h]) => h < min)
+"""
+
+
+def _seed_phone_pages() -> None:
+    from operations_app.time_at_risk import track_time_at_risk
+    from receipts_app.counts import rebuild_counts
+    from receipts_app.failure_groups import rebuild_groups
+
+    _seed()
+    for i in range(12):
+        session = make_session(f"agent:ops:webchat:a-rather-long-session-key-for-a-phone-{i}")
+        make_receipt(
+            session_key=session.session_key,
+            session_id=session.session_id,
+            status="checkpoint_failed",
+            reason="TimeoutError: memory checkpoint write exceeded 8.0s for " + "x" * 60,
+        )
+    for i in range(60):
+        ReceiptEvent.objects.create(receipt_id=f"event-{i}", action="status_change")
+    # Recounted and regrouped from the receipts, not folded: the previous test's flush deleted
+    # its receipts after the delta tables, whose -1 rows would cancel this test's in a fold.
+    rebuild_counts()
+    rebuild_groups()
+    track_time_at_risk()
+
+
+def _phone(browser: Any, base: str, user: str, width: int = 390) -> tuple[Any, Any, list[str]]:
+    """One login per test, by a user of its own: the login limit counts every attempt per
+    user and per address (5 and 20 a minute), and these tests log in one after another.
+    A test that needs another width resizes the page (``page.set_viewport_size``)."""
+    make_user(user, "operator")
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    page = context.new_page()
+    problems = _watch(page)
+    log_in(page, base, user)
+    return context, page, problems
+
+
+def _resize(page: Any, width: int) -> None:
+    page.set_viewport_size({"width": width, "height": 900})
+
+
+def test_receipts_are_cards_on_a_phone(browser, live_server, screenshot):
+    _seed_phone_pages()
+    base = live_server.url
+    heights = {}
+    context, page, problems = _phone(browser, base, "phone-cards")
+    for width in WIDTHS:
+        _resize(page, width)
+        page.goto(f"{base}/receipts/?status=checkpoint_failed")
+        _check(page, f"receipts at {width}px")
+        rows = page.locator("tr.receipt-row")
+        assert rows.count() == 18
+        heights[width] = max(rows.nth(i).bounding_box()["height"] for i in range(rows.count()))
+        if width == 390:
+            for i in range(rows.count()):
+                row = rows.nth(i)
+                for part in (".status", "td.key a", "td.reason", "summary.button", "td.c-created"):
+                    cell = row.locator(part)
+                    assert cell.evaluate(IN_VIEW), f"row {i}: {part} is off screen"
+                    assert cell.is_visible(), f"row {i}: {part} hidden"
+                assert "ago" in row.locator("td.c-created").inner_text()
+                # The session gets a line of its own, not what is left beside the buttons.
+                assert row.locator("td.key").bounding_box()["width"] > width / 2, f"row {i}"
+            screenshot(page, "phone-390-receipts-cards")
+        else:
+            assert page.locator("table.receipts thead th").nth(2).is_visible()
+    assert problems == []
+    context.close()
+    # A card is much shorter than the wrapped table row was (~210 px) and at most three lines
+    # of text plus the actions.
+    assert heights[390] < 140, heights
+
+
+def test_failure_groups_keep_the_fingerprint_beside_its_button(browser, live_server, screenshot):
+    _seed_phone_pages()
+    context, page, problems = _phone(browser, live_server.url, "phone-groups")
+    page.wait_for_selector("tr.failure-group")
+    page.wait_for_selector("table.time-at-risk tbody tr")
+    screenshot(page, "phone-390-overview-groups")
+    groups = page.locator("tr.failure-group")
+    assert groups.count() >= 2
+    for i in range(groups.count()):
+        group = groups.nth(i)
+        fingerprint = group.locator("td.reason code")
+        button = group.locator("summary.button")
+        assert fingerprint.evaluate(IN_VIEW) and button.evaluate(IN_VIEW), f"group {i}"
+        gap = button.bounding_box()["y"] - (
+            fingerprint.bounding_box()["y"] + fingerprint.bounding_box()["height"]
+        )
+        assert 0 <= gap < 40, f"group {i}: the button is {gap}px from its fingerprint"
+    # Time at risk: one line per agent, and no trend cell left empty.
+    risk_rows = page.locator("table.time-at-risk tbody tr")
+    assert risk_rows.count() == 2  # main and ops, both at risk
+    for i in range(risk_rows.count()):
+        assert risk_rows.nth(i).bounding_box()["height"] < 60
+        trend = risk_rows.nth(i).locator("td.trend")
+        assert trend.locator("svg").count() or trend.inner_text().strip()
+    _check(page, "overview at 390px")
+    # On a wide screen the groups stay a table with its column heads.
+    _resize(page, 1400)
+    page.reload()
+    page.wait_for_selector("table.time-at-risk tbody tr")
+    assert page.locator("table.failure-groups thead th").first.is_visible()
+    _check(page, "overview at 1400px")
+    screenshot(page, "wide-1400-overview-groups")
+    assert problems == []
+    context.close()
+
+
+def test_tap_targets_and_escape_on_a_phone(browser, live_server, screenshot):
+    _seed_phone_pages()
+    context, page, problems = _phone(browser, live_server.url, "phone-taps")
+    for path in ("/", "/receipts/?status=checkpoint_failed", "/audit/"):
+        page.goto(live_server.url + path)
+        page.wait_for_load_state("networkidle")
+        nav = page.locator("header nav a")
+        for i in range(nav.count()):
+            assert nav.nth(i).bounding_box()["height"] >= 44, nav.nth(i).inner_text()
+        assert page.evaluate(TOO_SMALL, 24) == [], path
+
+    page.goto(f"{live_server.url}/receipts/?status=checkpoint_failed")
+    row = page.locator("tr.receipt-row").first
+    row.locator('[data-action="row-requeue-open"]').click()
+    reason = row.locator('input[name="reason"]')
+    reason.fill("half typed")
+    assert reason.is_visible() and reason.evaluate(IN_VIEW)
+    screenshot(page, "phone-390-row-form-open")
+    page.keyboard.press("Escape")
+    assert not reason.is_visible()
+    assert row.locator("details.row-action").get_attribute("open") is None
+    assert page.evaluate("document.activeElement.dataset.action") == "row-requeue-open"
+    # Escape also closes a form whose focus has moved off it.
+    row.locator('[data-action="row-requeue-open"]').click()
+    page.locator("h1").click()
+    page.keyboard.press("Escape")
+    assert not reason.is_visible()
+    assert not MemoryDurableReceipt.objects.filter(status="checkpoint_requeued").exists()
+    assert problems == []
+    context.close()
+
+
+def test_audit_pager_swaps_only_its_table(browser, live_server):
+    _seed_phone_pages()
+    context, page, problems = _phone(browser, live_server.url, "phone-audit")
+    for width in WIDTHS:
+        _resize(page, width)
+        page.goto(f"{live_server.url}/audit/?limit=10")
+        first = page.locator("#audit-table tbody tr").first.inner_text()
+        page.locator('#audit-table a[rel="next"]').click()
+        page.wait_for_url(lambda url: "cursor=" in url)
+        page.wait_for_load_state("networkidle")
+        assert page.locator("header.topbar").count() == 1
+        assert page.locator("form.filters").count() == 1
+        assert page.locator("#audit-table").count() == 1
+        assert page.locator("#audit-table tbody tr").first.inner_text() != first
+        page.locator("#audit-table").get_by_role("link", name="« Newest").click()
+        page.wait_for_url(lambda url: "cursor=" not in url)
+        assert page.locator("header.topbar").count() == 1
+        _check(page, f"audit page two at {width}px")
+    assert problems == []
+    context.close()

@@ -143,3 +143,44 @@ def test_html_in_reason_and_transcript_is_escaped(viewer_client):
     assert (
         "<script>window.pwned" not in body and "&lt;script&gt;window.pwned=1&lt;/script&gt;" in body
     )
+
+
+# --- NUL bytes in posted form fields (PostgreSQL cannot store them: a DataError, a 500) ------
+
+
+def _nul_posts(failed, session):
+    """Every console form an operator posts, with a NUL in one of its fields."""
+    rid = failed.receipt_id
+    key = session.session_key
+    return [
+        (reverse("receipts:requeue", args=[rid]), {"reason": "a\x00b"}),
+        (reverse("receipts:acknowledge", args=[rid]), {"reason": "a\x00b"}),
+        (reverse("receipts:plan_create"), {"selected": ["x\x00"], "note": "n"}),
+        (reverse("receipts:plan_create"), {"selected": [rid], "note": "n\x00"}),
+        (reverse("receipts:plan_create"), {"all_matching": "1", "status": "checkpoint_failed\x00"}),
+        (
+            reverse("receipts:plan_from_group"),
+            {"scope": "checkpoint", "status": "checkpoint_failed", "fingerprint": "f\x00"},
+        ),
+        (reverse("receipts:session_checkpoint"), {"key": key + "\x00"}),
+        (reverse("receipts:session_flush"), {"key": key, "reason\x00": "x"}),
+    ]
+
+
+def test_a_nul_in_any_posted_field_is_a_message_and_changes_nothing(operator_client):
+    from receipts_app.models import ReceiptEvent, RequeuePlan
+    from tests.factories import make_session
+
+    session = make_session("agent:main:webchat:nul-form", messages=1)
+    failed = make_receipt(status="checkpoint_failed", session_key=session.session_key)
+    for url, data in _nul_posts(failed, session):
+        for headers in ({}, {"HTTP_HX_REQUEST": "true"}):
+            response = operator_client.post(url, data, **headers)
+            assert response.status_code == 400, (url, data, response.status_code)
+            body = response.content.decode()
+            assert "a NUL character cannot be stored" in body, (url, body)
+            if headers:
+                assert response["HX-Retarget"] == "#messages"
+    assert not RequeuePlan.objects.exists()
+    assert not ReceiptEvent.objects.exclude(action="status_change").exists()
+    assert failed.__class__.objects.get(pk=failed.pk).status == "checkpoint_failed"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 from functools import partial
 
@@ -221,12 +222,33 @@ def test_audit_log_full_and_fragment_filters_by_user_surface_action(viewer_clien
     fragment = viewer_client.get(
         reverse("receipts:audit") + "?surface=admin", **hx("audit-table")
     ).content.decode()
-    assert fragment.lstrip().startswith('<div id="audit-table">')
+    assert fragment.lstrip().startswith('<div id="audit-table"')
     assert "acknowledge" in fragment and "r-1" not in fragment
     by_user = viewer_client.get(
         reverse("receipts:audit") + "?actor=otto&action=requeue"
     ).content.decode()
     assert "r-1" in by_user and "r-2" not in by_user
+
+
+def test_audit_pager_swaps_only_the_table_and_pushes_its_url(viewer_client):
+    for i in range(12):
+        record_event(receipt_id=f"r-{i}", action="requeue", actor=Actor("otto", "console"))
+    page = viewer_client.get(reverse("receipts:audit") + "?limit=10").content.decode()
+    # "Older »" inherits its target from the table it sits in: without one, htmx would swap
+    # the whole page into the link itself.
+    table = page[page.index('<div id="audit-table"') :]
+    opening = table[: table.index(">") + 1]
+    assert 'hx-target="#audit-table"' in opening and 'hx-swap="outerHTML"' in opening
+    assert 'hx-push-url="true"' in opening
+    older = re.search(r'<a rel="next" href="([^"]+)" hx-get="([^"]+)"', table)
+    assert older and older[1] == older[2] and "cursor=" in older[1]
+    # The link works without JavaScript too: a plain GET of its href is the next page.
+    url = html.unescape(older[1])
+    plain = viewer_client.get(reverse("receipts:audit") + url).content.decode()
+    assert "<html" in plain and "<code>r-0</code>" in plain and "<code>r-11</code>" not in plain
+    swapped = viewer_client.get(reverse("receipts:audit") + url, **hx("audit-table"))
+    body = swapped.content.decode()
+    assert "<html" not in body and 'class="topbar"' not in body and "« Newest" in body
 
 
 def test_sessions_list_search_and_detail(viewer_client):

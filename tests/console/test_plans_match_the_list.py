@@ -84,26 +84,72 @@ def test_the_bulk_button_can_say_the_count(operator_client):
     assert 'data-label-all="Requeue 5 receipts… (dry run first)"' in page
 
 
-def test_a_failure_group_plan_is_exactly_the_group(operator_client):
-    """The plan holds what the group counts, not a look-alike group's rows that the reason
-    text's longest piece would also match."""
-    for agent in ("alpha", "alpha", "beta"):
-        _failed(agent, "provider_failed_archived after 3 tries")
-    _failed("alpha", "provider_failed_archived after 3 tries (quota)")  # look-alike group
+def _group_form(overview: str, agent: str, fingerprint: str):
+    groups = forms_posting_to(overview, reverse("receipts:plan_from_group"))
+    return next(
+        f for f in groups if {("agent", agent), ("fingerprint", fingerprint)} <= set(f.fields)
+    )
+
+
+def _overview_after_fold(client) -> str:
     from receipts_app.failure_groups import fold_all
 
     fold_all()  # what the beat task does within seconds
-    overview = operator_client.get(reverse("receipts:overview")).content.decode()
-    groups = forms_posting_to(overview, reverse("receipts:plan_from_group"))
-    group = next(
-        f for f in groups if ("fingerprint", "provider_failed_archived after <n> tries") in f.fields
-    )
+    return client.get(reverse("receipts:overview")).content.decode()
+
+
+def test_a_failure_group_plan_is_exactly_the_group(operator_client):
+    """The plan holds what the group counts: not a look-alike group's rows that the reason
+    text's longest piece would also match, and not another agent's rows with the same error."""
+    for agent in ("alpha", "alpha", "alpha", "beta"):
+        _failed(agent, "provider_failed_archived after 3 tries")
+    _failed("alpha", "provider_failed_archived after 3 tries (quota)")  # look-alike group
+    overview = _overview_after_fold(operator_client)
+    group = _group_form(overview, "alpha", "provider_failed_archived after <n> tries")
     assert "Requeue 3 receipts…" in overview
+    assert "Requeue 1 receipt…" in overview  # beta's group of the same error, on its own row
     response = operator_client.post(group.attrs["action"], group.data(note="quota raised"))
     assert response.status_code == 302
     plan = RequeuePlan.objects.get()
     assert plan.total == 3
     assert plan.reason == "quota raised"
+    assert {s["session_key"].split(":")[1] for s in plan.dry_run_samples["requeued"]} == {"alpha"}
+
+
+def test_a_groups_view_lists_exactly_the_rows_it_counts(operator_client):
+    """A look-alike reason shares the text a prefix filter would use (issue 22: a group
+    counted 10 while its View listed 20); the View selects by fingerprint."""
+    for _ in range(2):
+        _failed("alpha", "timeout while distilling 7 entries")
+    for _ in range(3):
+        _failed("alpha", "timeout while distilling entries: /var/x/y.md unreadable")
+    overview = _overview_after_fold(operator_client)
+    links = re.findall(r'<a href="(/receipts/\?[^"]*fingerprint=[^"]*)">View</a>', overview)
+    assert len(links) == 2
+    listed = sorted(
+        _shown_total(operator_client.get(link.replace("&amp;", "&")).content.decode())
+        for link in links
+    )
+    assert listed == [2, 3]
+
+
+def test_a_plan_of_a_group_that_grew_holds_what_was_shown(operator_client):
+    for _ in range(3):
+        _failed("alpha", "disk full")
+    overview = _overview_after_fold(operator_client)
+    group = _group_form(overview, "alpha", "disk full")
+    assert "Requeue 3 receipts…" in overview
+    for _ in range(2):  # failures still arriving while the operator reads the page
+        _failed("alpha", "disk full")
+    from receipts_app.failure_groups import fold_all
+
+    fold_all()
+    response = operator_client.post(group.attrs["action"], group.data(), follow=True)
+    plan = RequeuePlan.objects.get()
+    assert plan.total == 3
+    assert "2 receipts joined this group after the overview was shown" in (
+        response.content.decode()
+    )
 
 
 def test_a_group_that_no_longer_exists_is_a_message(operator_client):

@@ -99,7 +99,8 @@ def test_two_overlapping_gateways_import_side_by_side(two_dbs, tmp_path, setting
 
     gateway = Gateway.objects.get(name="host-b")
     assert gateway.source == str(db_b.resolve()) and gateway.last_seen_at
-    assert "no migration table" in gateway.schema_version  # storage-only 0.3.0 file
+    # A storage-only 0.3.0 file: storage version 7, no migration table, so no release named.
+    assert (gateway.schema_version, gateway.opensquilla_version) == ("7", "")
 
     again = import_opensquilla(db_path=db_b, workspace=None, gateway="host-b")
     assert not again.changed  # idempotent within its gateway

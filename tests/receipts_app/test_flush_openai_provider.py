@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
+from receipts_app import flush_runtime, repair
 from receipts_app.flush import FlushReceipt, Message, SessionFlushService
+from receipts_app.flush.correlation import ProviderRequestCorrelation
 from receipts_app.flush.memory_save import MemorySaveHandler, MemorySaveToolRegistry
 from receipts_app.flush.providers import (
     OpenAICompatibleProvider,
@@ -27,6 +29,12 @@ from receipts_app.flush.providers import (
 )
 
 KEY = "agent:main:webchat:s1"
+CORRELATION_HEADERS = (
+    "x-opensquilla-session-id",
+    "x-opensquilla-turn-id",
+    "x-opensquilla-execution-id",
+    "x-opensquilla-call-kind",
+)
 
 
 @dataclass
@@ -61,6 +69,7 @@ def stub() -> Iterator[StubServer]:
                 {
                     "path": self.path,
                     "authorization": self.headers.get("Authorization"),
+                    "headers": {name.lower(): value for name, value in self.headers.items()},
                     "json": json.loads(self.rfile.read(length)),
                 }
             )
@@ -293,3 +302,148 @@ async def test_settings_selector_without_provider_archives_only(
 
     assert (receipt.raw_reason, receipt.result_status) == ("no_provider", "ok_archive_only")
     assert rows[-1]["status"] == "repair_pending"
+
+
+# --- provider request correlation ----------------------------------------------------------
+
+
+def correlation_of(request: dict[str, Any]) -> dict[str, str]:
+    return {
+        name: request["headers"][name] for name in CORRELATION_HEADERS if name in request["headers"]
+    }
+
+
+CANDIDATE_REPLY = json.dumps(
+    {
+        "slug": "moving",
+        "candidates": [
+            {
+                "kind": "fact",
+                "render_text": "The user lives in Lyon",
+                "source_message": 1,
+                "source_date": "2026-05-29",
+                "confidence": 0.9,
+            }
+        ],
+    }
+)
+
+
+async def test_every_request_of_a_flush_carries_its_correlation(
+    stub: StubServer, tmp_path: Path
+) -> None:
+    # A garbage answer makes the flush call twice (extraction, then repair): both carry it.
+    stub.chat_reply('{"candidates": [ {"kind": ')
+    stub.chat_reply(CANDIDATE_REPLY)
+    correlation = ProviderRequestCorrelation(
+        session_id="sess-1", turn_id="maintenance_abc", execution_id="exec-1"
+    )
+
+    receipt = await _service(tmp_path, _provider(stub), []).execute(
+        TRANSCRIPT, KEY, turn_id="maintenance_abc", provider_request_correlation=correlation
+    )
+
+    assert receipt.result_status == "ok_candidates_written"
+    assert [correlation_of(r) for r in stub.requests] == 2 * [
+        {
+            "x-opensquilla-session-id": "sess-1",
+            "x-opensquilla-turn-id": "maintenance_abc",
+            "x-opensquilla-execution-id": "exec-1",
+            "x-opensquilla-call-kind": "auxiliary.session_flush",
+        }
+    ]
+
+
+async def test_a_flush_without_correlation_sends_no_correlation_headers(
+    stub: StubServer, tmp_path: Path
+) -> None:
+    stub.chat_reply(CANDIDATE_REPLY)
+
+    await _service(tmp_path, _provider(stub), []).execute(TRANSCRIPT, KEY)
+
+    assert correlation_of(stub.requests[0]) == {}
+
+
+async def test_an_unsafe_id_sends_no_partial_correlation(stub: StubServer, tmp_path: Path) -> None:
+    stub.chat_reply(CANDIDATE_REPLY)
+    correlation = {"session_id": "sess 1\r\nX-Evil: 1", "turn_id": "t", "execution_id": "e"}
+
+    await _service(tmp_path, _provider(stub), []).execute(
+        TRANSCRIPT, KEY, provider_request_correlation=correlation
+    )
+
+    assert correlation_of(stub.requests[0]) == {}
+
+
+@pytest.fixture
+def openai_settings(settings: Any, stub: StubServer, tmp_path: Path) -> Path:
+    settings.OPENSQUILLA_FLUSH_PROVIDER = "openai"
+    settings.OPENSQUILLA_FLUSH_BASE_URL = stub.base_url
+    settings.OPENSQUILLA_FLUSH_MODEL = "flush-model"
+    settings.OPENSQUILLA_MEMORY_WORKSPACE = str(tmp_path / "mem-{agent}")
+    settings.OPENSQUILLA_CHECKPOINT_WORKSPACE = None
+    settings.OPENSQUILLA_PRIVACY_DISABLE_NETWORK_OBSERVABILITY = False
+    return tmp_path / "mem-main"
+
+
+@pytest.mark.django_db
+def test_a_session_flush_sends_the_live_session_and_its_own_turn(
+    stub: StubServer, openai_settings: Path
+) -> None:
+    from tests.factories import make_session
+
+    session = make_session(messages=2)
+    stub.chat_reply(CANDIDATE_REPLY)
+
+    receipt = flush_runtime.flush_session(session.session_key)
+
+    sent = correlation_of(stub.requests[0])
+    assert sent["x-opensquilla-session-id"] == session.session_id
+    # No turn id was given: the correlation names the flush's own, as its receipts do.
+    assert sent["x-opensquilla-turn-id"] == receipt.turn_id == "flush:1-2"
+    assert sent["x-opensquilla-call-kind"] == "auxiliary.session_flush"
+    assert len(sent["x-opensquilla-execution-id"]) == 32
+
+
+@pytest.mark.django_db
+def test_the_privacy_switch_sends_nothing(
+    stub: StubServer, openai_settings: Path, settings: Any
+) -> None:
+    from tests.factories import make_session
+
+    settings.OPENSQUILLA_PRIVACY_DISABLE_NETWORK_OBSERVABILITY = True
+    session = make_session(messages=2)
+    stub.chat_reply(CANDIDATE_REPLY)
+
+    flush_runtime.flush_session(session.session_key, turn_id="cmp_1")
+
+    assert correlation_of(stub.requests[0]) == {}
+
+
+@pytest.mark.django_db
+def test_a_repair_sends_the_rows_session_and_a_maintenance_turn(
+    stub: StubServer, openai_settings: Path
+) -> None:
+    from tests.factories import make_receipt
+
+    archive = openai_settings / "memory" / ".raw_fallbacks" / "raw.md"
+    archive.parent.mkdir(parents=True)
+    archive.write_text("# Raw flush (timeout)\n\nuser: I moved to Lyon.\n", encoding="utf-8")
+    row = make_receipt(
+        session_key=KEY,
+        session_id="sess-repair",
+        scope="repair",
+        status="repair_pending",
+        reason="provider_failed_archived",
+        target_path="memory/.raw_fallbacks/raw.md",
+    )
+    stub.chat_reply(CANDIDATE_REPLY)
+
+    results = repair.run_memory_repair_once("main", limit=5, import_legacy=False)
+
+    assert [r["status"] for r in results] == ["repaired"]
+    assert results[0]["receiptId"] == row.receipt_id
+    sent = correlation_of(stub.requests[0])
+    assert sent["x-opensquilla-session-id"] == "sess-repair"
+    assert sent["x-opensquilla-turn-id"].startswith("maintenance_")
+    assert sent["x-opensquilla-call-kind"] == "auxiliary.session_flush"

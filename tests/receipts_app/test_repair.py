@@ -597,3 +597,99 @@ def test_deleting_a_session_removes_its_compactions_so_none_is_repaired(workspac
     assert CompactionSummary.objects.count() == 0
     assert CompactedTranscriptEntry.objects.count() == 0
     assert repair.run_repair_tick()["processed"] == []
+
+
+# --- a memory workspace shared by every agent ----------------------------------------------
+
+
+@pytest.fixture
+def shared_workspace(tmp_path, settings) -> Path:
+    """What ``make run`` writes: one workspace for every agent's memory and checkpoints."""
+    root = tmp_path / "shared"
+    settings.OPENSQUILLA_MEMORY_WORKSPACE = str(root)
+    settings.OPENSQUILLA_CHECKPOINT_WORKSPACE = str(root)
+    settings.OPENSQUILLA_FLUSH_PROVIDER = "none"
+    settings.OPENSQUILLA_REPAIR_MAX_ITEMS_PER_TICK = 5
+    return root
+
+
+SHARED_NAMES = {
+    "main": "2026-05-01-agent-main-webchat-s1-preimage-1111111111111111.md",
+    "ops": "2026-05-01-agent-ops-webchat-s1-no_provider-2222222222222222.md",
+    "ops-team": "2026-05-01-agent-ops-team-webchat-s2-timeout-3333333333333333.md",
+    "sub": "2026-05-01-subagent-agent-ops-team-task-s3-llm_error-4444444444444444.md",
+    "stranger": "2026-05-01-unknown-preimage-5555555555555555.md",
+}
+
+
+def test_shared_workspace_archive_is_queued_once_under_the_agent_it_names(shared_workspace):
+    make_session("agent:ops:webchat:s1")
+    make_session("agent:ops-team:webchat:s2")
+    paths = {who: write_archive(shared_workspace, name) for who, name in SHARED_NAMES.items()}
+    # The flush of ops' session already queued its own repair of this archive.
+    flush_row = repair_row(paths["ops"], agent="ops")
+
+    for _ in range(2):  # a second tick finds nothing new
+        repair.run_repair_tick()
+
+    legacy = MemoryDurableReceipt.objects.filter(session_key__endswith=":memory-repair:legacy-raw")
+    owners = sorted((r.source_path, r.agent_id) for r in legacy)
+    assert owners == sorted(
+        [
+            (paths["main"], "main"),
+            (paths["ops-team"], "ops-team"),  # not "ops", whose prefix it also starts with
+            (paths["sub"], "ops-team"),
+            (paths["stranger"], "main"),
+        ]
+    )
+    referring = MemoryDurableReceipt.objects.filter(source_path=paths["ops"]) | (
+        MemoryDurableReceipt.objects.filter(target_path=paths["ops"])
+    )
+    assert [r.receipt_id for r in referring] == [flush_row.receipt_id]
+
+
+def test_per_agent_workspaces_keep_upstreams_rule(workspaces):
+    # In an agent's own workspace an archive is that agent's, whatever its name says.
+    write_archive(workspaces / "main", SHARED_NAMES["ops"])
+    assert repair.import_legacy_raw_fallback_receipts("main", workspaces / "main") == 1
+    assert [r.agent_id for r in MemoryDurableReceipt.objects.all()] == ["main"]
+
+
+def test_check_counts_fix_removes_duplicate_legacy_repairs_with_an_event(shared_workspace, capsys):
+    paths = {who: write_archive(shared_workspace, name) for who, name in SHARED_NAMES.items()}
+    flush_row = repair_row(paths["ops"], agent="ops")
+
+    def legacy(agent: str, path: str, status: str = "repair_pending") -> MemoryDurableReceipt:
+        return make_receipt(
+            session_key=f"agent:{agent}:memory-repair:legacy-raw",
+            session_id=f"legacy-raw:{agent}",
+            scope="repair",
+            status=status,
+            source_path=path,
+            idempotency_key=f"repair-legacy-raw:{agent}:{path}",
+            attempt_count=0,
+        )
+
+    # What the old import left: every agent's copy of every archive.
+    copies_of_ops = [legacy(a, paths["ops"]) for a in ("main", "ops-team")]
+    own = legacy("ops-team", paths["ops-team"])
+    copies_of_team = [
+        legacy("main", paths["ops-team"], "repair_failed"),
+        legacy("ops", paths["ops-team"]),
+    ]
+    running = legacy("ops", paths["main"], "repair_running")
+    kept_main = legacy("main", paths["main"])
+
+    with pytest.raises(SystemExit):
+        call_command("check_counts")
+    assert "duplicate legacy repair" in capsys.readouterr().out
+    call_command("check_counts", "--fix")
+
+    left = set(MemoryDurableReceipt.objects.values_list("receipt_id", flat=True))
+    gone = {r.receipt_id for r in [*copies_of_ops, *copies_of_team]}
+    assert not (gone & left)
+    assert {flush_row.receipt_id, own.receipt_id, running.receipt_id, kept_main.receipt_id} <= left
+    events = ReceiptEvent.objects.filter(action="duplicate_removed")
+    assert sorted(e.receipt_id for e in events) == sorted(gone)
+    assert {(e.surface, e.actor) for e in events} == {("cli", "check_counts")}
+    call_command("check_counts")  # exit 0: nothing left to fix

@@ -105,6 +105,52 @@ def test_api_answers_are_private_no_store():
     assert "no-store" in response["Cache-Control"] and "private" in response["Cache-Control"]
 
 
+SECURITY_HEADERS = (
+    "Content-Security-Policy",
+    "X-Content-Type-Options",
+    "Referrer-Policy",
+    "X-Frame-Options",
+    "Cross-Origin-Opener-Policy",
+)
+
+
+@pytest.mark.parametrize(
+    "method,path",
+    [
+        ("get", "/healthz"),  # answered before every other middleware
+        ("get", "/readyz"),
+        ("get", "/metrics"),  # 401 without a token
+        ("get", "/no-such-page/"),  # the 404 handler
+        ("get", "/api/v1/no-such-route"),
+        ("delete", "/api/v1/health"),  # 405, rewritten to JSON
+        ("get", "/receipts/?agent=%00"),  # the NUL refusal
+        ("get", "/accounts/login/"),
+    ],
+)
+def test_every_answer_carries_the_pages_security_headers(client, method, path):
+    response = getattr(client, method)(path)
+    missing = [h for h in SECURITY_HEADERS if h not in response]
+    assert missing == [], (path, response.status_code)
+    assert "default-src 'self'" in response["Content-Security-Policy"]
+    assert response["X-Content-Type-Options"] == "nosniff"
+    assert response["X-Frame-Options"] == "DENY"
+    assert "no-store" in response["Cache-Control"], path
+
+
+def test_static_files_keep_their_caching_and_get_the_security_headers(rf):
+    from django.http import HttpResponse
+
+    from opensquilla_site.headers import SecurityHeadersMiddleware
+
+    immutable = "max-age=315360000, public, immutable"
+    middleware = SecurityHeadersMiddleware(
+        lambda request: HttpResponse(headers={"Cache-Control": immutable})
+    )
+    response = middleware(rf.get("/static/console/console.css"))
+    assert response["Cache-Control"] == immutable
+    assert [h for h in SECURITY_HEADERS if h not in response] == []
+
+
 def test_in_production_the_api_docs_and_schema_need_a_login_or_token(settings):
     settings.OPENSQUILLA_PUBLIC_API_DOCS = False
     anonymous = Client()

@@ -88,6 +88,19 @@ def test_a_user_stripped_of_every_role_loses_the_api_at_the_next_request():
     assert_error(caller.put("/receipts", RECEIPT), 403, "forbidden")
 
 
+@pytest.mark.parametrize("path", ["/metrics", "/api/v1/openapi.json", "/api/v1/receipts"])
+def test_a_token_whose_user_lost_every_role_opens_no_url(path, settings):
+    settings.OPENSQUILLA_PUBLIC_API_DOCS = False
+    user = make_user("ops", "operator")
+    _token, plaintext = create_api_token(user=user, name="ci", scope="read")
+    headers = {"Authorization": f"Bearer {plaintext}"}
+    assert Client().get(path, headers=headers).status_code == 200
+    user.groups.clear()
+    response = Client().get(path, headers=headers)
+    assert response.status_code in (401, 403), (path, response.status_code)
+    assert response["Content-Type"].startswith("application/json")
+
+
 def test_a_demoted_operator_token_acts_as_read():
     user = make_user("ops", "operator")
     _token, plaintext = create_api_token(user=user, name="ci", scope="operate")

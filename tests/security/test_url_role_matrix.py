@@ -8,7 +8,7 @@ operation with its methods), so a URL added without an entry here fails
 
 Principals: anonymous, a logged-in user with no role, viewer, operator, admin (the ``admin``
 group, staff), a superuser, and Bearer tokens of scope read / operate / admin plus a revoked
-one. Console sessions reach the API with their role's scope; tokens reach only the API.
+one and one whose user has lost every role. Console sessions reach the API with their role's scope; tokens reach only the API.
 
 What each outcome means:
 - allowed → any status below 400 (unless the entry names the status it answers with);
@@ -35,6 +35,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from ninja.operation import PathView
 
+from opensquilla_site import login_limit
 from opensquilla_site.models import ApiToken, IdempotentRequest
 from opensquilla_site.tokens import create_api_token, revoke_api_token
 from operations_app.models import (
@@ -223,7 +224,9 @@ EXPECTED: dict[tuple[str, str], Rule] = {
     # Tokens are created with their plaintext shown once (CLI/API), never in a form.
     **_admin_model("opensquilla_site_apitoken", add=NOBODY),
     **_admin_model("opensquilla_site_idempotentrequest", add=NOBODY),
-    **_admin_model("sessions_app_session"),
+    # Sessions come from agents, the API and imports; the admin deletes one through the
+    # session service (cascade and audit), as the API does, and adds none.
+    **_admin_model("sessions_app_session", add=NOBODY),
     # Gateways are made by imports and followers, and their rows protect them from deletion.
     **_admin_model("sessions_app_gateway", add=NOBODY, delete=NOBODY),
     # Transcripts and receipts change only through the services (which leave events): the
@@ -232,14 +235,14 @@ EXPECTED: dict[tuple[str, str], Rule] = {
     **_admin_model("receipts_app_memorydurablereceipt", add=NOBODY, delete=NOBODY),
     # The audit log is append-only: readable, never added, changed or deleted by hand.
     **_admin_model("receipts_app_receiptevent", add=NOBODY, delete=NOBODY),
-    **_admin_model("receipts_app_requeueplan", add=NOBODY),
+    **_admin_model("receipts_app_requeueplan", add=NOBODY, delete=NOBODY),
     # Operations: alert rules are the admins'; the rest is written by the system, read-only.
     **_admin_model("operations_app_alertrule"),
-    **_admin_model("operations_app_alertdelivery", add=NOBODY),
-    **_admin_model("operations_app_alertincident", add=NOBODY),
-    **_admin_model("operations_app_heartbeat", add=NOBODY),
-    **_admin_model("operations_app_opscounter", add=NOBODY),
-    **_admin_model("operations_app_taskstat", add=NOBODY),
+    **_admin_model("operations_app_alertdelivery", add=NOBODY, delete=NOBODY),
+    **_admin_model("operations_app_alertincident", add=NOBODY, delete=NOBODY),
+    **_admin_model("operations_app_heartbeat", add=NOBODY, delete=NOBODY),
+    **_admin_model("operations_app_opscounter", add=NOBODY, delete=NOBODY),
+    **_admin_model("operations_app_taskstat", add=NOBODY, delete=NOBODY),
 }
 
 # --- enumerating the URLs -------------------------------------------------------------------
@@ -422,6 +425,14 @@ def _token_principal(name: str, scope: str, rank: int, *, revoked: bool = False)
     return Principal(name, Client(), rank, token=plaintext, token_live=not revoked)
 
 
+def _roleless_token_principal() -> Principal:
+    """A live token whose user has since lost every role: it must open nothing a role opens."""
+    user = make_user("matrix-token-no-role", "operator")
+    _token, plaintext = create_api_token(user=user, name="no-role", scope="operate")
+    user.groups.clear()
+    return Principal("token-no-role", Client(), PUBLIC, token=plaintext, token_live=True)
+
+
 PRINCIPALS = [
     "anonymous",
     "no-role",
@@ -433,6 +444,7 @@ PRINCIPALS = [
     "token-operate",
     "token-admin",
     "token-revoked",
+    "token-no-role",
 ]
 
 
@@ -448,6 +460,7 @@ def build_principal(name: str) -> Principal:
         "token-operate": lambda: _token_principal("token-operate", "operate", OPERATOR),
         "token-admin": lambda: _token_principal("token-admin", "admin", ADMIN),
         "token-revoked": lambda: _token_principal("token-revoked", "admin", ADMIN, revoked=True),
+        "token-no-role": _roleless_token_principal,
     }
     return builders[name]()
 
@@ -532,9 +545,9 @@ def test_every_url_has_exactly_one_table_entry():
 
 
 @pytest.mark.parametrize("who", PRINCIPALS)
-def test_each_principal_reaches_exactly_what_the_table_allows(who, world, settings):
+def test_each_principal_reaches_exactly_what_the_table_allows(who, world, monkeypatch):
     # The login POST in the table must not trip the (separately tested) login rate limit.
-    settings.RATELIMIT_ENABLE = False
+    monkeypatch.setattr(login_limit, "attempt", lambda *args, **kwargs: False)
     principal = build_principal(who)
     endpoints = {e.key: e for e in all_endpoints()}
     failures: list[str] = []
@@ -550,9 +563,9 @@ def test_each_principal_reaches_exactly_what_the_table_allows(who, world, settin
     assert not failures, f"{who}: {len(failures)} of {tried} wrong:\n" + "\n".join(failures)
 
 
-def test_no_url_answers_500_to_an_unexpected_method(world, settings):
+def test_no_url_answers_500_to_an_unexpected_method(world, monkeypatch):
     """The methods a URL does not serve are refused (405, a redirect, a form), never a 500."""
-    settings.RATELIMIT_ENABLE = False
+    monkeypatch.setattr(login_limit, "attempt", lambda *args, **kwargs: False)
     endpoints = {e.key: e for e in all_endpoints()}
     served: dict[str, set[str]] = {}
     for key, method in EXPECTED:

@@ -9,7 +9,8 @@ exactly one product function, so the unchanged assertions exercise the real code
 - ``SessionStorage``: the ledger (reused from the seed port);
 - ``run_memory_repair_once`` / ``MemoryRepairService``: the repair worker, with the memory
   roots and the flush service given explicitly as upstream does (the product reads both
-  from settings).
+  from settings); upstream's ``config.privacy.disable_network_observability`` becomes the
+  ``OPENSQUILLA_PRIVACY_DISABLE_NETWORK_OBSERVABILITY`` setting for each run.
 """
 
 from __future__ import annotations
@@ -175,14 +176,21 @@ class MemoryRepairService:
         flush_service: Any,
         memory_roots: Mapping[str, Path],
         agent_ids: tuple[str, ...],
-        interval_seconds: float,
-        max_items_per_tick: int,
+        interval_seconds: float = 60.0,
+        max_items_per_tick: int = 5,
+        config: Any | None = None,
     ) -> None:
         self._session_manager = session_manager
         self._flush_service = flush_service
         self._memory_roots = memory_roots
         self._agent_ids = agent_ids
         self._limit = max_items_per_tick
+        self._config = config
+
+    def _privacy_disabled(self) -> bool:
+        """Upstream's ``config.privacy.disable_network_observability``, read on every run."""
+        privacy = getattr(self._config, "privacy", None)
+        return bool(getattr(privacy, "disable_network_observability", False))
 
     async def run_once(self) -> list[dict[str, Any]]:
         def run() -> list[dict[str, Any]]:
@@ -191,6 +199,7 @@ class MemoryRepairService:
                 override_settings(
                     OPENSQUILLA_AGENTS=list(self._agent_ids),
                     OPENSQUILLA_REPAIR_MAX_ITEMS_PER_TICK=self._limit,
+                    OPENSQUILLA_PRIVACY_DISABLE_NETWORK_OBSERVABILITY=self._privacy_disabled(),
                 ),
             ):
                 return repair.run_repair_tick()["processed"]

@@ -3,11 +3,15 @@ and watch the execution's progress."""
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
+
+from sessions_app.gateways import DEFAULT_GATEWAY
 
 from ...models import RequeuePlan
 from ...requeue import (
@@ -71,13 +75,23 @@ def plan_create(request: HtmxHttpRequest) -> HttpResponse:
 @require_POST
 @console_view(VIEW_PLANS_PERM, OPERATE_PERM)
 def plan_from_group(request: HtmxHttpRequest) -> HttpResponse:
-    """A plan of exactly one overview failure group: its scope, status and error fingerprint
-    (not the reason text's longest piece, which also matches look-alike groups)."""
+    """A plan of exactly one overview failure group as the page showed it: its gateway, agent,
+    scope, status and error fingerprint select its members (not the reason text's longest piece,
+    which also matches look-alike groups), up to the page's mark, so receipts that joined
+    the group after the page rendered are left out and counted in a message."""
     post = request.POST
     scope, status = post.get("scope", ""), post.get("status", "")
-    ids = cs.failure_group_receipt_ids(
-        scope=scope, status=status, fingerprint=post.get("fingerprint", "")
+    upto = int_field(post.get("upto"))
+    gateway = post.get("group_gateway") or DEFAULT_GATEWAY
+    selection = cs.failure_group_receipt_ids(
+        gateway_id=gateway,
+        agent_id=post.get("agent", ""),
+        scope=scope,
+        status=status,
+        fingerprint=post.get("fingerprint", ""),
+        upto=upto,
     )
+    ids = selection.receipt_ids
     if not ids:
         return render_error(
             request,
@@ -93,12 +107,27 @@ def plan_from_group(request: HtmxHttpRequest) -> HttpResponse:
             status=400,
         )
     plan = create_requeue_plan(
-        filters={"status": status, "scope": scope},
+        filters={"status": status, "scope": scope, "gateway": gateway},
         receipt_ids=ids,
         actor=console_actor(request),
         reason=operator_note(request, NOTE_FIELD),
     )
+    if selection.arrived_since:
+        n = selection.arrived_since
+        messages.info(
+            request,
+            f"{n:,} receipt{pluralize(n)} joined this group after the overview was shown; "
+            "this plan holds only the receipts it showed.",
+        )
     return redirect(reverse("receipts:plan_detail", args=[plan.plan_id]))
+
+
+def int_field(value: str | None) -> int | None:
+    """A whole number from a hidden form field, or None (then the whole group counts)."""
+    try:
+        return int(str(value).strip()) if value not in (None, "") else None
+    except ValueError:
+        return None
 
 
 @require_GET

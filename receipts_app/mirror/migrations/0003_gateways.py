@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('mirror', '0002_session_key_index'),
-        ('sessions_app', '0004_gateways'),
+        ('sessions_app', '0005_gateways'),
     ]
 
     operations = [

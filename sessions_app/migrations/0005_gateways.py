@@ -27,7 +27,7 @@ def create_local(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('sessions_app', '0003_transcript_session_message_index'),
+        ('sessions_app', '0004_plural_names'),
     ]
 
     operations = [
