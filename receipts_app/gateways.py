@@ -1,8 +1,8 @@
 """The fleet: every gateway with what an operator asks of it first (``GET /api/v1/gateways``).
 
 For each gateway: its name, where it is followed from and what it last ran, its mirror
-sources' state, and the at-risk counts (memory safety errors, the repair backlog, repairs
-given up), each with the ``ReceiptFilter`` params that list exactly the rows it counts. The
+sources' state, and the at-risk counts (memory at risk as the overview card, /metrics and
+alerts count it, memory safety errors, the repair backlog, repairs given up), each with the ``ReceiptFilter`` params that list exactly the rows it counts. The
 counts come from the counts table (one read for every gateway) and the mirror's state from
 its one reader, so the cost does not grow with the ledger.
 """
@@ -16,9 +16,16 @@ from sessions_app.gateways import Gateway, gateway_scope
 from .counts import per_status, receipt_counts
 from .mirror.state import mirror_states
 from .selectors import ReceiptFilter
-from .statuses import MEMORY_SAFETY_ERROR_STATUSES, REPAIR_QUEUE_STATUSES, TERMINAL_REPAIR_STATUSES
+from .statuses import (
+    AT_RISK_STATUSES,
+    MEMORY_SAFETY_ERROR_STATUSES,
+    REPAIR_QUEUE_STATUSES,
+    TERMINAL_REPAIR_STATUSES,
+)
 
 AT_RISK = {
+    # health.at_risk_by_agent counts the same statuses: one meaning of "at risk".
+    "memory_at_risk": AT_RISK_STATUSES,
     "memory_safety_errors": MEMORY_SAFETY_ERROR_STATUSES,
     "repair_backlog": REPAIR_QUEUE_STATUSES,
     "terminal_repairs": TERMINAL_REPAIR_STATUSES,

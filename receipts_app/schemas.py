@@ -408,6 +408,8 @@ class AtRiskCountOut(Schema):
 
 
 class GatewayAtRiskOut(Schema):
+    # Memory at risk: the product's one definition (statuses.AT_RISK_STATUSES).
+    memory_at_risk: AtRiskCountOut
     memory_safety_errors: AtRiskCountOut
     repair_backlog: AtRiskCountOut
     terminal_repairs: AtRiskCountOut

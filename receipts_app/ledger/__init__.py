@@ -141,14 +141,15 @@ def bulk_upsert_memory_durable_receipts(
     ``keep_stamps=True`` (the OpenSquilla import and mirror) keeps each row's ``updated_at``.
     """
     stamp = now_ms()
-    latest: dict[str, dict[str, Any]] = {}
+    # A key is unique within its gateway: (gateway, key) is the row, and its lock order.
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
     for receipt in receipts:
         row = _prepare_for_write(receipt, stamp, keep_stamps=keep_stamps)
-        latest[row["idempotency_key"]] = row
+        latest[(row["gateway_id"], row["idempotency_key"])] = row
     ordered = [latest[key] for key in sorted(latest)]
     written = retry.atomic_retrying(lambda: fastsql.bulk_upsert(ordered))
-    stored = {r.idempotency_key: r for r in written}
-    return [stored[receipt.idempotency_key] for receipt in receipts]
+    stored = {(str(r.gateway_id), r.idempotency_key): r for r in written}
+    return [stored[(str(r.gateway_id), r.idempotency_key)] for r in receipts]
 
 
 def update_memory_durable_receipt(receipt_id: str, /, **fields: Any) -> MemoryDurableReceipt:

@@ -106,5 +106,10 @@ def test_the_gateway_list_has_versions_and_at_risk_counts_with_their_filters(rea
     listed = reader.get("/receipts", errors["filter"]).json()["items"]
     assert [r["status"] for r in listed] == ["checkpoint_failed"]
     assert {r["gateway"] for r in listed} == {"edge"}
+    # Memory at risk, the overview card's one count, for the gateway alone.
+    at_risk = edge["at_risk"]["memory_at_risk"]
+    assert at_risk["count"] == 1 and items["local"]["at_risk"]["memory_at_risk"]["count"] == 0
+    listed = reader.get("/receipts", at_risk["filter"]).json()["items"]
+    assert [(r["status"], r["gateway"]) for r in listed] == [("checkpoint_failed", "edge")]
     one = reader.get("/gateways", {"gateway": "edge"}).json()["items"]
     assert [g["name"] for g in one] == ["edge"]
