@@ -474,7 +474,7 @@ def test_a_worker_killed_mid_checkpoint_leaves_no_half_row_and_the_work_complete
         assert redelivered == 1  # acks_late: the killed worker's message was never acked
     start_worker()
     if not redelivered:
-        # The filesystem broker removed the message when it was fetched: the sweep is what
+        # The embedded broker hid the message when it was fetched: the sweep is what
         # sends the work again, once the row is LOST_CHECKPOINT_AFTER old (aged, not slept).
         lost_after_ms = task_limits.LOST_CHECKPOINT_AFTER_SECONDS * 1000
         aged = MemoryDurableReceipt.objects.filter(receipt_id=failed.receipt_id)

@@ -80,3 +80,52 @@ def test_gentle_stop_signals_only_the_main_process(tmp_path):
     assert wrapper.wait(timeout=30) == 0  # stopped as asked: a clean exit
     assert marker.read_text() == "stopped after 1 SIGTERM"
     assert not (tmp_path / "state.child").exists()  # the forked child never saw a signal
+
+
+CRASHING = """
+import os, signal, sys, time
+runs = open(sys.argv[1], "a+")
+runs.write("run\\n")
+runs.close()
+if open(sys.argv[1]).read().count("run") == 1:
+    os.kill(os.getpid(), signal.SIGKILL)  # the first run dies as kill -9 would end it
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+time.sleep(60)
+"""
+
+
+def test_gentle_stop_restarts_a_process_that_dies_and_records_it(tmp_path):
+    import json
+
+    runs = tmp_path / "runs"
+    wrapper = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        [sys.executable, "-m", "opensquilla_site.gentle_stop", "--restart", "worker"]
+        + [sys.executable, "-c", CRASHING, str(runs)],
+        cwd=REPO,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), "OPENSQUILLA_VAR_DIR": str(tmp_path)},
+        stderr=subprocess.PIPE,
+    )
+    status_file = tmp_path / "run" / "processes" / "worker.json"
+
+    def status() -> dict:
+        try:
+            return json.loads(status_file.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (
+        runs.exists() and runs.read_text().count("run") == 2 and status().get("state") == "running"
+    ):
+        time.sleep(0.05)
+    assert wrapper.poll() is None  # the wrapper (what honcho sees) never exited
+    record = status()
+    assert record["state"] == "running" and record["restarts"] == 1
+    assert record["last_exit"]["text"] == "signal SIGKILL"
+
+    os.killpg(wrapper.pid, signal.SIGINT)  # Ctrl-C still stops it, and it stays stopped
+    assert wrapper.wait(timeout=30) == 0
+    assert "worker exited with signal SIGKILL" in wrapper.stderr.read().decode()
+    assert status()["state"] == "stopped"
+    assert runs.read_text().count("run") == 2
