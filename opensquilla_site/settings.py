@@ -226,10 +226,13 @@ if _EMBEDDED_BROKER:
 else:
     # Redis redelivers a killed worker's unacknowledged task after this (derived from the
     # tasks' time limits; RabbitMQ redelivers when the connection drops and ignores it).
-    # An unreachable Redis fails a connect within a second (the publish policy below).
+    # An unreachable Redis fails a connect, and one that accepts but never answers fails a
+    # command, within PUBLISH_TIMEOUT_SECONDS (the worker's BRPOP runs on its event loop, not
+    # under this timeout).
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "visibility_timeout": task_limits.VISIBILITY_TIMEOUT_SECONDS,
         "socket_connect_timeout": PUBLISH_TIMEOUT_SECONDS,
+        "socket_timeout": PUBLISH_TIMEOUT_SECONDS,
     }
 # A publish never waits long on an unreachable broker: one connect of at most
 # PUBLISH_TIMEOUT_SECONDS, one quick retry, then it fails; the work is already in the outbox
