@@ -1,7 +1,7 @@
 """Run one Procfile command so that a stop signal reaches only its main process, and restart
 it when it dies on its own.
 
-``python -m opensquilla_site.gentle_stop [--restart NAME] <command> [args…]``
+``python -m opensquilla_site.gentle_stop [--restart NAME] [--listen HOST:PORT] <command> [args…]``
 
 Stopping: honcho (``make run``) stops a process by signalling its whole process group, and
 Ctrl-C in a terminal does the same to the foreground group. A Celery worker's prefork children
@@ -19,6 +19,12 @@ wrapper, which exits only when it is told to stop. Why not supervisord or circus
 honcho and its Procfile, give up after a fixed number of fast failures (supervisord's
 ``startretries``), and keep their state where the console cannot read it; the wrapper that
 already ran every process needed only this loop.
+
+Listening (``--listen HOST:PORT``, the web server): the wrapper opens the listening socket
+once and hands it to each start of the command as systemd socket activation does (file
+descriptor 3, ``LISTEN_FDS=1``, ``LISTEN_PID``), which gunicorn reads instead of binding. The
+socket outlives a crashed gunicorn, so while it restarts new connections wait in the backlog
+and are answered late instead of refused.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import ctypes
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -39,6 +46,9 @@ BACKOFF_MAX_SECONDS = 30.0
 # A process that ran this long before it died starts again after the first backoff.
 STABLE_AFTER_SECONDS = 60.0
 STATUS_FOLDER = Path("run") / "processes"
+# systemd's first passed descriptor, where gunicorn looks for it.
+_LISTEN_FD = 3
+LISTEN_BACKLOG = 2048
 
 
 def _die_with_parent() -> None:
@@ -47,6 +57,37 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
         pass
+
+
+def listen(address: str) -> socket.socket:
+    """Open the listening socket for ``HOST:PORT`` (``[::1]:8000`` for IPv6)."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    family, kind, proto, _name, sockaddr = socket.getaddrinfo(
+        host, int(port), type=socket.SOCK_STREAM
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(sockaddr)
+    sock.listen(LISTEN_BACKLOG)
+    if sock.fileno() != _LISTEN_FD:
+        # Kept at fd 3 here too, so every child finds it where it looks (pass_fds keeps it).
+        os.dup2(sock.fileno(), _LISTEN_FD, inheritable=False)
+        sock.close()
+        sock = socket.socket(fileno=_LISTEN_FD)
+    return sock
+
+
+def _child_setup(listener: socket.socket | None):  # noqa: ANN202 - a preexec_fn
+    def setup() -> None:
+        _die_with_parent()
+        if listener is not None:
+            # In the child, before exec: the environment names fd 3 for this very process
+            # (LISTEN_PID), as systemd's socket activation does.
+            os.environ["LISTEN_FDS"] = "1"
+            os.environ["LISTEN_PID"] = str(os.getpid())
+
+    return setup
 
 
 def status_dir() -> Path:
@@ -101,19 +142,25 @@ def _stopped_cleanly(code: int) -> bool:
     return code in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
 
 
+def _options(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    options: dict[str, str] = {}
+    while argv[:1] in (["--restart"], ["--listen"]) and len(argv) >= 3:
+        options[argv[0][2:]] = argv[1]
+        argv = argv[2:]
+    return options, argv
+
+
 def main(argv: list[str]) -> int:
-    name = None
-    if argv[:1] == ["--restart"]:
-        if len(argv) < 3:
-            argv = []
-        else:
-            name, argv = argv[1], argv[2:]
-    if not argv:
+    options, argv = _options(argv)
+    name = options.get("restart")
+    if not argv or argv[0].startswith("--"):
         print(
-            "usage: python -m opensquilla_site.gentle_stop [--restart NAME] COMMAND [ARGS…]",
+            "usage: python -m opensquilla_site.gentle_stop [--restart NAME] [--listen HOST:PORT]"
+            " COMMAND [ARGS…]",
             file=sys.stderr,
         )
         return 2
+    listener = listen(options["listen"]) if "listen" in options else None
     stopping = False
     child: subprocess.Popen[bytes] | None = None
 
@@ -131,7 +178,12 @@ def main(argv: list[str]) -> int:
     delay = BACKOFF_FIRST_SECONDS
     while True:
         started = time.monotonic()
-        child = subprocess.Popen(argv, start_new_session=True, preexec_fn=_die_with_parent)  # noqa: S603, PLW1509
+        child = subprocess.Popen(  # noqa: S603
+            argv,
+            start_new_session=True,
+            preexec_fn=_child_setup(listener),  # noqa: PLW1509
+            pass_fds=(_LISTEN_FD,) if listener is not None else (),
+        )
         if stopping:  # the stop arrived while the child was being started
             child.send_signal(signal.SIGTERM)
         if status:

@@ -129,3 +129,47 @@ def test_gentle_stop_restarts_a_process_that_dies_and_records_it(tmp_path):
     assert "worker exited with signal SIGKILL" in wrapper.stderr.read().decode()
     assert status()["state"] == "stopped"
     assert runs.read_text().count("run") == 2
+
+
+ONE_ANSWER = """
+import os, socket
+listener = socket.socket(fileno=3)  # handed over as systemd's socket activation does
+assert os.environ["LISTEN_FDS"] == "1" and os.environ["LISTEN_PID"] == str(os.getpid())
+connection, _ = listener.accept()
+connection.sendall(b"answered by %d" % os.getpid())
+connection.close()
+os._exit(1)  # crashes after every answer
+"""
+
+
+def test_gentle_stop_keeps_the_listening_socket_so_a_restart_refuses_no_connection(tmp_path):
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    wrapper = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        [sys.executable, "-m", "opensquilla_site.gentle_stop", "--restart", "web"]
+        + ["--listen", f"127.0.0.1:{port}", sys.executable, "-c", ONE_ANSWER],
+        cwd=REPO,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), "OPENSQUILLA_VAR_DIR": str(tmp_path)},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # until the wrapper has opened the socket
+            try:
+                first = socket.create_connection(("127.0.0.1", port), timeout=30)
+                break
+            except ConnectionRefusedError:
+                assert time.monotonic() < deadline, "the wrapper never listened"
+                time.sleep(0.05)
+        with first:
+            answers = [first.recv(100).decode()]
+        for _ in range(2):  # each of these arrives while the server is down, restarting
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
+                answers.append(client.recv(100).decode())
+        assert len(set(answers)) == 3 and all(a.startswith("answered by") for a in answers)
+    finally:
+        os.killpg(wrapper.pid, signal.SIGINT)
+        assert wrapper.wait(timeout=30) == 0
