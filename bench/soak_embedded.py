@@ -9,7 +9,10 @@ loop creates a session with a two-message transcript per iteration, then alterna
 a checkpoint (``202`` + task id) or writes a ``checkpoint_failed`` receipt and requeues it;
 each step retries what the web server could not answer (with an Idempotency-Key, so a retry
 never does it twice). A second client reads ``/healthz`` five times a second. Through the run
-each of web, worker, beat and mirror is killed with SIGKILL once, spread over the run.
+each of web, worker, beat and mirror is killed with SIGKILL once, spread over the run; the
+worker in the middle of a burst of checkpoints, so it may die holding some that only the
+outbox can bring back (after the checkpoint's hard limit + 60 s and the next repair tick:
+keep ``--drain-minutes`` above 5).
 
 After the load, it waits (up to ``--drain-minutes``) until every accepted piece of work is done
 and prints: work accepted, work lost (accepted, never done), each process's restarts, and the
@@ -287,8 +290,45 @@ def load(stack: Stack, answers: Answers, accepted: Accepted, stop: threading.Eve
         stop.wait(max(0.0, 1 / rate - (time.monotonic() - started)))
 
 
+def kill_worker_mid_burst(stack: Stack, answers: Answers, accepted: Accepted, n: int = 16) -> int:
+    """Kill the worker while a burst of checkpoints arrives, so it may die holding some.
+
+    Sixteen sessions get their transcripts first; then four clients ask for their checkpoints
+    at once, and the worker is killed once a quarter of them are accepted: what it had taken
+    from the broker and not finished is gone from the broker, and only the outbox brings it
+    back.
+    """
+    keys = [f"agent:main:webchat:soak-burst-{uuid.uuid4().hex[:8]}" for _ in range(n)]
+    setup = Client(stack, answers)
+    for key in keys:
+        setup.call("POST", "/sessions", {"session_key": key}, f"{key}:create", (201,))
+        for index, role in enumerate(("user", "assistant")):
+            message = {"role": role, "content": f"burst message {index} of {key}"}
+            setup.call("POST", f"/sessions/{key}/messages", message, f"{key}:m{index}", (201,))
+    lock = threading.Lock()
+
+    def ask(share: list[str]) -> None:
+        client = Client(stack, answers)
+        for key in share:
+            client.call("POST", f"/sessions/{key}/checkpoints", {}, f"{key}:ck", (202,))
+            with lock:
+                accepted.checkpoint_sessions.append(key)
+
+    before = len(accepted.checkpoint_sessions)
+    askers = [threading.Thread(target=ask, args=(keys[i::4],), daemon=True) for i in range(4)]
+    for asker in askers:
+        asker.start()
+    while len(accepted.checkpoint_sessions) - before < n // 4:
+        time.sleep(0.01)
+    pid = stack.kill("worker")
+    for asker in askers:
+        asker.join(timeout=120)
+    return pid
+
+
 def watch(stack: Stack, answers: Answers, stop: threading.Event) -> None:
-    with httpx.Client(timeout=2) as http:
+    # The load client's timeout: a request waiting while web restarts is answered, not lost.
+    with httpx.Client(timeout=15) as http:
         while not stop.is_set():
             try:
                 if http.get(f"{stack.url}/healthz").status_code == 200:
@@ -355,7 +395,10 @@ def soak(minutes: float, rate: float, drain_minutes: float, root: Path) -> int:
                 if name not in kills and elapsed >= at * duration:
                     if not stack.running(name):
                         continue  # still coming back from an earlier kill: wait for it
-                    pid = stack.kill(name)
+                    if name == "worker":
+                        pid = kill_worker_mid_burst(stack, answers, accepted)
+                    else:
+                        pid = stack.kill(name)
                     kills[name] = elapsed
                     print(f"soak: {elapsed:6.0f} s  kill -9 {name} (pid {pid})", flush=True)
             if stack.process is not None and stack.process.poll() is not None:

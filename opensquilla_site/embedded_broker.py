@@ -6,7 +6,11 @@ row: a publish is one INSERT and a fetch takes the oldest visible row and hides 
 (kombu's filesystem transport hands a reader a file its writer has created but not yet filled,
 and the worker dies on it) and two readers never take the same one.
 
-Two additions to kombu's transport, both for the embedded case only:
+Three additions to kombu's transport, all for the embedded case only:
+- Processes starting together on a fresh file race to create the tables and the queue rows;
+  kombu lets the loser die (``table … already exists``, ``UNIQUE constraint failed:
+  kombu_queue.name``: a worker started beside web and beat crashed on it). The loser here
+  finds what the winner created.
 - The file is looked for before every publish and fetch. A missing file (or folder) is
   recreated with its tables, and the process's pooled connections to the old one are dropped:
   kombu creates the tables only once per process, so without this every process would keep
@@ -32,6 +36,7 @@ from urllib.parse import urlsplit
 from kombu.transport import TRANSPORT_ALIASES
 from kombu.transport import sqlalchemy as kombu_sql
 from kombu.transport.sqlalchemy.models import metadata
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 SCHEME = "sqlite"
 FILE_NAME = "celery-broker.sqlite3"
@@ -74,7 +79,20 @@ class Channel(kombu_sql.Channel):
     def _open(self) -> Any:
         # SQLite creates a missing file, not a missing folder.
         self._path().parent.mkdir(parents=True, exist_ok=True)
-        return super()._open()
+        try:
+            return super()._open()
+        except OperationalError:
+            # Another process created the tables between kombu's check and its CREATE; kombu
+            # caches the engine only after creating them, so this try starts clean.
+            return super()._open()
+
+    def _get_or_create(self, queue: str) -> Any:
+        try:
+            return super()._get_or_create(queue)  # type: ignore[misc]  # kombu's, unstubbed
+        except IntegrityError:
+            # Another process inserted the queue between kombu's look-up and its insert.
+            self.session.rollback()
+            return super()._get_or_create(queue)  # type: ignore[misc]  # kombu's, unstubbed
 
     def _ensure_file(self) -> None:
         path = self._path()

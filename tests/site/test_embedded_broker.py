@@ -43,3 +43,41 @@ def test_delivered_messages_are_pruned_and_waiting_ones_kept(tmp_path):
     assert embedded_broker.prune_delivered(url, keep_seconds=3600) == 0  # delivered just now
     assert embedded_broker.prune_delivered(url, keep_seconds=-60) == 1
     assert embedded_broker.queue_depths(url) == {"jobs": 2}
+
+
+RACER = """
+import sys, time
+from kombu import Connection
+from opensquilla_site import embedded_broker
+embedded_broker.register()
+start_at = float(sys.argv[2])
+time.sleep(max(0.0, start_at - time.time()))  # every racer opens the fresh file at once
+with Connection(sys.argv[1]) as conn:
+    queue = conn.SimpleQueue("celery")
+    queue.put({"from": sys.argv[3]})
+    queue.close()
+"""
+
+
+def test_processes_starting_together_on_a_fresh_file_all_start(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    url = embedded_broker.default_url(tmp_path)
+    start_at = str(time.time() + 3)
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    racers = [
+        subprocess.Popen(  # noqa: S603 - our own interpreter
+            [sys.executable, "-c", RACER, url, start_at, str(n)],
+            env=env,
+            stderr=subprocess.PIPE,
+        )
+        for n in range(6)
+    ]
+    errors = [r.stderr.read().decode() for r in racers if r.wait(timeout=60) != 0]
+    assert errors == []  # kombu alone: "UNIQUE constraint failed: kombu_queue.name"
+    assert embedded_broker.queue_depths(url) == {"celery": 6}
