@@ -10,9 +10,9 @@ a checkpoint (``202`` + task id) or writes a ``checkpoint_failed`` receipt and r
 each step retries what the web server could not answer (with an Idempotency-Key, so a retry
 never does it twice). A second client reads ``/healthz`` five times a second. Through the run
 each of web, worker, beat and mirror is killed with SIGKILL once, spread over the run; the
-worker in the middle of a burst of checkpoints, so it may die holding some that only the
-outbox can bring back (after the checkpoint's hard limit + 60 s and the next repair tick:
-keep ``--drain-minutes`` above 5).
+worker while it holds checkpoints it has taken from the broker (``kill_worker_holding_work``),
+so only the outbox can bring them back, after the checkpoint's hard limit + 60 s and the next
+repair tick: keep ``--drain-minutes`` above 5.
 
 After the load, it waits (up to ``--drain-minutes``) until every accepted piece of work is done
 and prints: work accepted, work lost (accepted, never done), each process's restarts, and the
@@ -290,40 +290,45 @@ def load(stack: Stack, answers: Answers, accepted: Accepted, stop: threading.Eve
         stop.wait(max(0.0, 1 / rate - (time.monotonic() - started)))
 
 
-def kill_worker_mid_burst(stack: Stack, answers: Answers, accepted: Accepted, n: int = 16) -> int:
-    """Kill the worker while a burst of checkpoints arrives, so it may die holding some.
+def kill_worker_holding_work(stack: Stack, answers: Answers, accepted: Accepted, n: int = 8):
+    """Kill the worker while it holds checkpoints it has taken from the broker.
 
-    Sixteen sessions get their transcripts first; then four clients ask for their checkpoints
-    at once, and the worker is killed once a quarter of them are accepted: what it had taken
-    from the broker and not finished is gone from the broker, and only the outbox brings it
-    back.
+    The worker is paused (SIGSTOP) while eight checkpoints are accepted, so they wait in the
+    broker; the ledger's write lock is taken so the tasks it then takes cannot finish; it is
+    resumed, takes what it may, and is killed with its pool (SIGKILL to its process group).
+    The broker no longer has those messages: only the outbox brings them back.
     """
-    keys = [f"agent:main:webchat:soak-burst-{uuid.uuid4().hex[:8]}" for _ in range(n)]
-    setup = Client(stack, answers)
+    pid = int(str(stack.status("worker")["pid"]))
+    keys = [f"agent:main:webchat:soak-held-{uuid.uuid4().hex[:8]}" for _ in range(n)]
+    client = Client(stack, answers)
     for key in keys:
-        setup.call("POST", "/sessions", {"session_key": key}, f"{key}:create", (201,))
+        client.call("POST", "/sessions", {"session_key": key}, f"{key}:create", (201,))
         for index, role in enumerate(("user", "assistant")):
-            message = {"role": role, "content": f"burst message {index} of {key}"}
-            setup.call("POST", f"/sessions/{key}/messages", message, f"{key}:m{index}", (201,))
-    lock = threading.Lock()
-
-    def ask(share: list[str]) -> None:
-        client = Client(stack, answers)
-        for key in share:
+            message = {"role": role, "content": f"held message {index} of {key}"}
+            client.call("POST", f"/sessions/{key}/messages", message, f"{key}:m{index}", (201,))
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        for key in keys:
             client.call("POST", f"/sessions/{key}/checkpoints", {}, f"{key}:ck", (202,))
-            with lock:
-                accepted.checkpoint_sessions.append(key)
-
-    before = len(accepted.checkpoint_sessions)
-    askers = [threading.Thread(target=ask, args=(keys[i::4],), daemon=True) for i in range(4)]
-    for asker in askers:
-        asker.start()
-    while len(accepted.checkpoint_sessions) - before < n // 4:
-        time.sleep(0.01)
-    pid = stack.kill("worker")
-    for asker in askers:
-        asker.join(timeout=120)
+            accepted.checkpoint_sessions.append(key)
+        with stack.database() as db:
+            db.execute("BEGIN IMMEDIATE")  # held: the tasks it takes now block on their write
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(3)
+            os.killpg(pid, signal.SIGKILL)
+            db.rollback()
+    finally:
+        if _alive(pid):  # something failed before the kill: never leave it paused
+            os.kill(pid, signal.SIGCONT)
     return pid
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def watch(stack: Stack, answers: Answers, stop: threading.Event) -> None:
@@ -396,7 +401,7 @@ def soak(minutes: float, rate: float, drain_minutes: float, root: Path) -> int:
                     if not stack.running(name):
                         continue  # still coming back from an earlier kill: wait for it
                     if name == "worker":
-                        pid = kill_worker_mid_burst(stack, answers, accepted)
+                        pid = kill_worker_holding_work(stack, answers, accepted)
                     else:
                         pid = stack.kill(name)
                     kills[name] = elapsed
