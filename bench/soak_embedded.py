@@ -428,6 +428,7 @@ def soak(minutes: float, rate: float, drain_minutes: float, root: Path) -> int:
             time.sleep(5)
         drained = time.monotonic() - drain_started
         restarts = stack.restarts()
+        resent = stack.log_path.read_text(errors="replace").count(" again (send ")
     finally:
         stop_code = stack.stop()
     lost = len(checkpoints) + len(requeues)
@@ -440,6 +441,7 @@ def soak(minutes: float, rate: float, drain_minutes: float, root: Path) -> int:
         f"messages lost       {lost} (checkpoints {len(checkpoints)}, requeues {len(requeues)})"
         f"; all done {drained:.0f} s after the load stopped"
     )
+    print(f"sent again          {resent} (by the outbox sweep, after a kill or a failed publish)")
     print(f"processes killed    {', '.join(f'{n} at {t:.0f} s' for n, t in kills.items())}")
     print(
         f"processes restarted {sum(restarts.values())} "
