@@ -37,6 +37,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -78,7 +79,9 @@ def listen(address: str) -> socket.socket:
     return sock
 
 
-def _child_setup(listener: socket.socket | None):  # noqa: ANN202 - a preexec_fn
+def _child_setup(listener: socket.socket | None) -> Callable[[], None]:
+    """The preexec_fn of each start: die with the wrapper; find the listener, if any."""
+
     def setup() -> None:
         _die_with_parent()
         if listener is not None:
