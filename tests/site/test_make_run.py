@@ -170,6 +170,12 @@ def test_gentle_stop_keeps_the_listening_socket_so_a_restart_refuses_no_connecti
             with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
                 answers.append(client.recv(100).decode())
         assert len(set(answers)) == 3 and all(a.startswith("answered by") for a in answers)
+        # Stop it while it waits to start a fourth (a stop racing the child's own crash would
+        # rightly report the crash's exit code).
+        status_file = tmp_path / "run" / "processes" / "web.json"
+        while '"restarts": 3' not in status_file.read_text():
+            assert time.monotonic() < deadline + 30, status_file.read_text()
+            time.sleep(0.05)
     finally:
         os.killpg(wrapper.pid, signal.SIGINT)
-        assert wrapper.wait(timeout=30) == 0
+    assert wrapper.wait(timeout=30) == 0
