@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # hand), honcho and every process read. The test suite never reads .env.
 RUN_WORKSPACE ?= $(CURDIR)/var/workspace
 
-.PHONY: install system-deps migrate run demo test lint typecheck pytest bench soak clean
+.PHONY: install system-deps migrate run demo test lint typecheck pytest bench soak soak-embedded clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,10 +41,12 @@ demo: .env migrate
 	mkdir -p "$(RUN_WORKSPACE)"
 	$(BIN)/python manage.py seed_demo
 
-# Web (gunicorn), Celery worker and beat together on the embedded default (SQLite + filesystem broker).
-# WEB_BIND=host:port moves the web server (default 127.0.0.1:8000). Ctrl-C stops all three
-# cleanly: the recipe's shell ignores it and honcho, stopping on it, exits 130 (143 on SIGTERM),
-# which is how a run ends, not an error.
+# Web (gunicorn), Celery worker, beat and the mirror together on the embedded default (SQLite,
+# and the SQLite broker in var/celery-broker.sqlite3). WEB_BIND=host:port moves the web server
+# (default 127.0.0.1:8000). A process that dies is started again with a backoff while the others
+# keep running (opensquilla_site/gentle_stop.py --restart). Ctrl-C stops them all cleanly: the
+# recipe's shell ignores it and honcho, stopping on it, exits 130 (143 on SIGTERM), which is how
+# a run ends, not an error.
 run: demo
 	$(BIN)/python manage.py bootstrap_operator
 	@trap '' INT; $(BIN)/honcho start -f Procfile || { rc=$$?; [ $$rc -eq 130 ] || [ $$rc -eq 143 ]; }
@@ -68,6 +70,12 @@ bench: install
 
 soak: install
 	$(BIN)/pytest -m soak -p no:cacheprovider
+
+# The embedded stack under load for SOAK_MINUTES (default 30), each process killed -9 once;
+# prints messages lost, processes restarted and the longest gap in web answers.
+SOAK_MINUTES ?= 30
+soak-embedded: install
+	$(BIN)/python bench/soak_embedded.py --minutes $(SOAK_MINUTES)
 
 clean:
 	rm -rf var/test_* var/screenshots .pytest_cache .mypy_cache .ruff_cache

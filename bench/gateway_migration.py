@@ -2,7 +2,7 @@
 large ledger").
 
 A fresh database is migrated, taken back to just before the gateway migrations
-(``sessions_app 0003``, which also unapplies ``receipts_app 0014`` and ``mirror 0003``), seeded
+(``sessions_app 0004``, which also unapplies ``receipts_app 0017`` and ``mirror 0003``), seeded
 with ``--rows`` receipts (the scale benchmark's mix), 20,000 sessions and 5 transcript entries
 each, and then migrated forward again, timed: every existing row moves into ``local``.
 
@@ -68,8 +68,8 @@ def main() -> None:
     args = parser.parse_args()
 
     url = djbench.fresh_database(args.backend, args.db_name)
-    back_s = manage(url, "migrate", "sessions_app", "0003")
-    djbench.emit(f"migrated back to sessions_app 0003 (empty) in {back_s:.1f} s")
+    back_s = manage(url, "migrate", "sessions_app", "0004")
+    djbench.emit(f"migrated back to sessions_app 0004 (empty) in {back_s:.1f} s")
     djbench.setup_django(url)
     started = time.perf_counter()
     seeded = djbench.bulk_seed(

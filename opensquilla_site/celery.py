@@ -7,7 +7,11 @@ import os
 from celery import Celery
 from celery.signals import beat_init, celeryd_init
 
+from . import embedded_broker
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "opensquilla_site.settings")
+# ``sqlite:///…`` broker URLs (the embedded default) reach the project's transport.
+embedded_broker.register()
 
 app = Celery("opensquilla_site")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -17,7 +21,7 @@ app.autodiscover_tasks()
 @celeryd_init.connect
 @beat_init.connect
 def _create_runtime_dirs(**_kwargs: object) -> None:
-    """The worker and beat write under ``var/`` (broker folders, results, beat schedule)."""
+    """The worker and beat write under ``var/`` (broker file, results, beat schedule)."""
     from .runtime import ensure_runtime_dirs
 
     ensure_runtime_dirs()

@@ -36,16 +36,15 @@ def runtime_dirs() -> list[Path]:
     """The directories the configured backends write to and do not create themselves."""
     from django.conf import settings
 
+    from . import embedded_broker
+
     dirs = [Path(settings.VAR_DIR), Path(settings.STATIC_ROOT)]
     database = settings.DATABASES["default"]
     if database["ENGINE"].endswith("sqlite3") and str(database["NAME"]) != ":memory:":
         dirs.append(Path(str(database["NAME"])).parent)
-    if settings.CELERY_BROKER_URL.startswith("filesystem://"):
-        options = settings.CELERY_BROKER_TRANSPORT_OPTIONS
-        for key in ("data_folder_in", "data_folder_out", "processed_folder", "control_folder"):
-            if options.get(key):
-                dirs.append(Path(str(options[key])))
-    backend = str(settings.CELERY_RESULT_BACKEND)
+    if embedded_broker.is_embedded(settings.CELERY_BROKER_URL):
+        dirs.append(embedded_broker.database_path(settings.CELERY_BROKER_URL).parent)
+    backend = str(settings.CELERY_RESULT_BACKEND or "")
     if backend.startswith("file://"):
         dirs.append(Path(backend.removeprefix("file://")))
     return list(dict.fromkeys(dirs))

@@ -1,7 +1,7 @@
 """Settings, driven entirely by the environment (and ``.env`` when present).
 
-Embedded default: SQLite in WAL mode under ``var/`` and a Celery broker on the local
-filesystem, so a fresh machine runs web, worker and beat with no server at all.
+Embedded default: SQLite in WAL mode under ``var/`` and a Celery broker in a second SQLite
+file there, so a fresh machine runs web, worker and beat with no server at all.
 Scale-out: set ``DATABASE_URL`` (PostgreSQL) and ``CELERY_BROKER_URL`` (Redis or RabbitMQ).
 Every setting is listed in ``.env.example``. Importing this module creates no directory:
 ``opensquilla_site.runtime.ensure_runtime_dirs()`` does, in the processes that need them.
@@ -220,27 +220,51 @@ OPENSQUILLA_SOURCES = os.environ.get("OPENSQUILLA_SOURCES") or None
 OPENSQUILLA_MIRROR_INTERVAL = float(os.environ.get("OPENSQUILLA_MIRROR_INTERVAL", "0.5"))
 
 # --- Celery ----------------------------------------------------------------------------
-# The embedded broker is kombu's filesystem transport: no server, safe across processes.
-_BROKER_DIR = VAR_DIR / "broker"
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
-if CELERY_BROKER_URL.startswith("filesystem://"):
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_BROKER_DIR / "in"),
-        "data_folder_out": str(_BROKER_DIR / "in"),
-        "processed_folder": str(_BROKER_DIR / "processed"),
-        "control_folder": str(_BROKER_DIR / "control"),
-        "store_processed": False,
-    }
+# The embedded broker is kombu's SQLAlchemy transport on a SQLite file under var/
+# (opensquilla_site/embedded_broker.py): a message is a row, written and taken in one
+# transaction each, so no reader ever sees half a message. No server, safe across processes.
+# Seconds a publish may wait to reach the broker (connect; see the retry policy below).
+PUBLISH_TIMEOUT_SECONDS = float(os.environ.get("OPENSQUILLA_PUBLISH_TIMEOUT", "1"))
+CELERY_BROKER_URL = os.environ.get(
+    "CELERY_BROKER_URL", f"sqlite:///{VAR_DIR / 'celery-broker.sqlite3'}"
+)
+_EMBEDDED_BROKER = CELERY_BROKER_URL.startswith("sqlite://")
+if _EMBEDDED_BROKER:
+    # Passed to SQLAlchemy's create_engine: wait this long for the file's write lock.
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"connect_args": {"timeout": 5}}
 else:
     # Redis redelivers a killed worker's unacknowledged task after this (derived from the
     # tasks' time limits; RabbitMQ redelivers when the connection drops and ignores it).
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": task_limits.VISIBILITY_TIMEOUT_SECONDS}
+    # An unreachable Redis fails a connect, and one that accepts but never answers fails a
+    # command, within PUBLISH_TIMEOUT_SECONDS (the worker's BRPOP runs on its event loop, not
+    # under this timeout).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": task_limits.VISIBILITY_TIMEOUT_SECONDS,
+        "socket_connect_timeout": PUBLISH_TIMEOUT_SECONDS,
+        "socket_timeout": PUBLISH_TIMEOUT_SECONDS,
+    }
+# A publish never waits long on an unreachable broker: one connect of at most
+# PUBLISH_TIMEOUT_SECONDS, one quick retry, then it fails; the work is already in the outbox
+# (receipts_app/enqueue.py) and the lost-work sweep sends it when the broker is back.
+CELERY_BROKER_CONNECTION_TIMEOUT = PUBLISH_TIMEOUT_SECONDS
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 1,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.2,
+}
+# The same bound for a Redis result backend (Celery's default retries for ~20 s).
+CELERY_REDIS_SOCKET_CONNECT_TIMEOUT = PUBLISH_TIMEOUT_SECONDS
+CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {"retry_policy": CELERY_TASK_PUBLISH_RETRY_POLICY}
 
 
-def _default_result_backend() -> str:
+# Nothing in the project reads a task's result (a task's effects are ledger rows and audit
+# events), so the embedded default keeps none: no results folder to lose or fill. With Redis
+# the results go there, for operators' own tools.
+def _default_result_backend() -> str | None:
     if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
         return CELERY_BROKER_URL
-    return f"file://{VAR_DIR / 'celery-results'}"
+    return None
 
 
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or _default_result_backend()
@@ -374,6 +398,11 @@ CELERY_BEAT_SCHEDULE["evaluate-alerts"] = {
     "task": "operations_app.tasks.evaluate_alerts",
     "schedule": OPENSQUILLA_ALERT_INTERVAL_SECONDS,
 }
+if _EMBEDDED_BROKER:
+    CELERY_BEAT_SCHEDULE["prune-embedded-broker"] = {
+        "task": "operations_app.tasks.prune_embedded_broker",
+        "schedule": 3600.0,
+    }
 CELERY_BEAT_SCHEDULE["time-at-risk"] = {
     "task": "operations_app.tasks.track_time_at_risk",
     "schedule": 60.0,

@@ -14,6 +14,7 @@ from opensquilla_site import timeutil
 
 from .heartbeats import HeartbeatView, heartbeats
 from .mirror import MirrorView, mirror_views
+from .processes import SupervisedProcess, supervised_processes
 from .queues import QueueDepth, queue_depths
 
 
@@ -40,6 +41,11 @@ class LivenessReport:
     beats: list[ProcessLiveness] = field(default_factory=list)
     queues: list[QueueDepth] = field(default_factory=list)
     mirrors: list[MirrorView] = field(default_factory=list)
+    processes: list[SupervisedProcess] = field(default_factory=list)
+
+    @property
+    def restarts(self) -> int:
+        return sum(p.restarts for p in self.processes)
 
     @property
     def workers_alive(self) -> int:
@@ -59,4 +65,5 @@ def liveness_report(now: int | None = None) -> LivenessReport:
         (report.workers if hb.kind == "worker" else report.beats).append(entry)
     report.queues = queue_depths()
     report.mirrors = mirror_views()
+    report.processes = supervised_processes()
     return report

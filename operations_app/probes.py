@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import connections
+
+from opensquilla_site import embedded_broker
 
 logger = logging.getLogger(__name__)
 
@@ -64,11 +64,8 @@ def check_broker(url: str | None = None, *, timeout: float | None = None) -> str
         finally:
             client.close()
         return "redis answered PING"
-    if scheme == "filesystem":
-        folder = Path(str(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"]))
-        if not folder.is_dir() or not os.access(folder, os.W_OK):
-            raise OSError(f"broker folder {folder} is missing or not writable")
-        return "broker folder writable"
+    if embedded_broker.is_embedded(url):
+        return embedded_broker.check(url)
     if scheme == "memory":
         return "in-process broker"
     from kombu import Connection

@@ -1,21 +1,19 @@
 """How many messages wait in each Celery queue, read from the broker itself.
 
 Redis: kombu keeps a queue as a list named after it (plus one list per priority step);
-the filesystem transport keeps one file per message, named ``<ms>_<uuid>.<queue>.msg``.
+the embedded broker keeps one row per message in its SQLite file (``embedded_broker``).
 Other brokers report nothing here (depth unknown), rather than guess.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from opensquilla_site import timeutil
+from opensquilla_site import embedded_broker, timeutil
 
 logger = logging.getLogger(__name__)
 
@@ -64,16 +62,13 @@ def _redis_depths(url: str, now: int) -> list[QueueDepth]:
     ]
 
 
-def _filesystem_depths(now: int) -> list[QueueDepth]:
-    folder = Path(str(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"]))
+def _embedded_depths(url: str, now: int) -> list[QueueDepth]:
     counts = dict.fromkeys(_queue_names(), 0)
-    with os.scandir(folder) as entries:
-        for entry in entries:
-            queue_part = entry.name.partition(".")[2]
-            if queue_part.endswith(".msg"):
-                queue = queue_part[: -len(".msg")]
-                counts[queue] = counts.get(queue, 0) + 1
-    return [QueueDepth(name, n, "filesystem", now) for name, n in sorted(counts.items())]
+    try:
+        counts.update(embedded_broker.queue_depths(url))
+    except FileNotFoundError:
+        pass  # recreated, empty, on the next publish
+    return [QueueDepth(name, n, "sqlite", now) for name, n in sorted(counts.items())]
 
 
 def queue_depths() -> list[QueueDepth]:
@@ -84,8 +79,8 @@ def queue_depths() -> list[QueueDepth]:
     try:
         if scheme in ("redis", "rediss"):
             return _redis_depths(url, now)
-        if scheme == "filesystem":
-            return _filesystem_depths(now)
+        if embedded_broker.is_embedded(url):
+            return _embedded_depths(url, now)
     except Exception as exc:  # noqa: BLE001 - the page shows "unreadable", never a 500
         logger.warning("could not read queue depths: %s", type(exc).__name__)
         return [QueueDepth(q, None, scheme, now, type(exc).__name__) for q in _queue_names()]

@@ -45,3 +45,15 @@ def track_time_at_risk() -> dict[str, int]:
 
     out = track()
     return {"opened": out.opened, "closed": out.closed}
+
+
+@shared_task(soft_time_limit=60, time_limit=90, ignore_result=True)
+def prune_embedded_broker() -> int:
+    """Delete the embedded broker's long-delivered rows (kombu keeps them; the file would grow)."""
+    from django.conf import settings
+
+    from opensquilla_site import embedded_broker
+
+    if not embedded_broker.is_embedded(settings.CELERY_BROKER_URL):
+        return 0
+    return embedded_broker.prune_delivered(settings.CELERY_BROKER_URL)

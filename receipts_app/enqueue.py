@@ -6,9 +6,18 @@ name) and never imports ``tasks.py``: the tasks call down into the services, and
 services send work through here, so nothing calls back up.
 
 The task id is chosen up front so the caller can return it (and record it in the audit event)
-before the broker ever sees the message. Callbacks are ``robust``: a broker that is down at
-commit time loses the message but not the row, and ``requeue.sweep_lost_work`` (run by
-``repair_tick``) finds the row later. Nothing stays pending forever.
+before the broker ever sees the message.
+
+Work accepted is work done: every message is first written to the outbox
+(``OutboxMessage``) in the caller's own transaction, so whatever answers 202 is in the
+database before it answers, and it is published only after that commit. The worker deletes
+the row when the task ends (``task_ended``). Whatever stays is sent again by
+``resend_lost`` (run by every ``repair_tick`` through ``requeue.sweep_lost_work``): at once
+when its publish failed (the broker was down; a publish gives up within about a second,
+settings' publish policy), and once it is older than its task's hard time limit plus a margin
+when it was sent but never finished (a worker killed mid-task, a web process killed between
+commit and publish). Re-sending is safe: every task is idempotent. A message sent
+``MAX_SENDS`` times without finishing is dropped with an error in the log.
 """
 
 from __future__ import annotations
@@ -20,9 +29,14 @@ from contextvars import ContextVar
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 
 from opensquilla_site.celery import app
+from opensquilla_site.timeutil import now_ms
 from sessions_app.gateways import DEFAULT_GATEWAY, current_gateway
+
+from . import task_limits
+from .models import OutboxMessage
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +49,18 @@ REPAIR_TICK = "repair_tick"
 RUN_REQUEUE_PLAN = "run_requeue_plan"
 TASKS = (CHECKPOINT_SESSION, FLUSH_SESSION, REPAIR_RECEIPT, REPAIR_TICK, RUN_REQUEUE_PLAN)
 _TASK_MODULE = "receipts_app.tasks"
+# Each task's time limits (task_limits.py): a message sent longer ago than its hard limit plus
+# the margin, and still in the outbox, lost its task. With a repair tick every minute the work
+# runs again within twice the hard limit.
+LIMITS = {
+    CHECKPOINT_SESSION: task_limits.CHECKPOINT,
+    FLUSH_SESSION: task_limits.FLUSH,
+    REPAIR_RECEIPT: task_limits.REPAIR_RECEIPT,
+    REPAIR_TICK: task_limits.REPAIR_TICK,
+    RUN_REQUEUE_PLAN: task_limits.PLAN,
+}
+MAX_SENDS = 5
+RESEND_LIMIT = 500
 
 # ``(short task name, args, kwargs)``: one message, not yet sent.
 Message = tuple[str, tuple[Any, ...], dict[str, Any]]
@@ -52,12 +78,13 @@ def _send(short_name: str, task_id: str, args: tuple[Any, ...], kwargs: dict[str
     # Celery's registry (filled by autodiscovery) finds the task; eager mode still applies.
     task = app.tasks[task_name(short_name)]
     producer = _PRODUCER.get()
+    # Every send is fire-and-forget: nothing waits on a result (the outbox and the ledger say
+    # what happened), so the producer never subscribes to the task's result channel: one
+    # Redis round trip less, and no result-store reconnect loop when Redis is down.
     if producer is None:
-        task.apply_async(args=args, kwargs=kwargs, task_id=task_id)
+        task.apply_async(args=args, kwargs=kwargs, task_id=task_id, ignore_result=True)
         return
-    # Batch sends are fire-and-forget: nobody here waits on the result, so the producer
-    # does not subscribe to each task's result channel (one Redis round trip and one
-    # lingering subscription per message), and the reprs are plain ``repr``s.
+    # Batch reprs are plain ``repr``s.
     # (``argsrepr``/``kwargsrepr`` are message options celery-types does not list.)
     options: dict[str, Any] = {
         "argsrepr": repr(args)[:1024],
@@ -71,9 +98,10 @@ def _send(short_name: str, task_id: str, args: tuple[Any, ...], kwargs: dict[str
 def _send_all(batch: Sequence[tuple[str, str, tuple[Any, ...], dict[str, Any]]]) -> None:
     """Publish many messages through one producer; kombu pipelines them on Redis.
 
-    Each message fails alone (logged), like the one-callback-per-message path: the rows are
-    committed either way and ``sweep_lost_work`` / the repair tick pick up what was lost.
+    Each message fails alone (logged, marked unsent in the outbox), like the
+    one-callback-per-message path: the rows are committed either way.
     """
+    failed: list[str] = []
     try:
         with app.producer_or_acquire() as producer, producer.batch():
             token = _PRODUCER.set(producer)
@@ -83,19 +111,56 @@ def _send_all(batch: Sequence[tuple[str, str, tuple[Any, ...], dict[str, Any]]])
                         _send(short_name, task_id, args, kwargs)
                     except Exception:
                         logger.exception("could not enqueue %s as %s", short_name, task_id)
+                        failed.append(task_id)
             finally:
                 _PRODUCER.reset(token)
     except Exception:
         logger.exception("could not publish a batch of %d messages", len(batch))
+        failed = [task_id for _name, task_id, _args, _kwargs in batch]
+    _mark_unsent(failed)
+
+
+def _publish(short_name: str, task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    try:
+        _send(short_name, task_id, args, kwargs)
+    except Exception:
+        logger.exception(
+            "could not enqueue %s as %s; the outbox keeps it for the sweep", short_name, task_id
+        )
+        _mark_unsent([task_id])
+
+
+def _mark_unsent(task_ids: list[str]) -> None:
+    """The broker did not take these: the next sweep sends them (no need to wait them out)."""
+    if not task_ids:
+        return
+    try:
+        OutboxMessage.objects.filter(task_id__in=task_ids).update(sent_at=None)
+    except Exception:  # noqa: BLE001 - they are still in the outbox, sent once their time is up
+        logger.exception("could not mark %d unsent messages", len(task_ids))
+
+
+def _outbox_row(short_name: str, task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]):
+    now = now_ms()
+    return OutboxMessage(
+        task_id=task_id,
+        task=short_name,
+        args=list(args),
+        kwargs=kwargs,
+        created_at=now,
+        sent_at=now,
+    )
 
 
 def send(message: Message) -> str:
-    """Send one message once the current transaction commits; returns its task id."""
+    """Record one message in the outbox now and send it once the transaction commits;
+    returns its task id."""
     short_name, args, kwargs = message
     task_id = str(uuid.uuid4())
+    _outbox_row(short_name, task_id, args, kwargs).save(force_insert=True)
 
     def after_commit() -> None:
-        _send(short_name, task_id, args, kwargs)
+        _publish(short_name, task_id, args, kwargs)
 
     transaction.on_commit(after_commit, robust=True)
     logger.debug("queued %s(%s) as %s after commit", short_name, args, task_id)
@@ -103,11 +168,61 @@ def send(message: Message) -> str:
 
 
 def send_many(messages: Sequence[Message]) -> list[str]:
-    """Send many messages after commit through one producer; returns their task ids."""
+    """Record many messages in the outbox and send them after commit through one producer;
+    returns their task ids."""
     batch = [(name, str(uuid.uuid4()), args, kwargs) for name, args, kwargs in messages]
     if batch:
+        OutboxMessage.objects.bulk_create([_outbox_row(*message) for message in batch])
         transaction.on_commit(lambda: _send_all(batch), robust=True)
     return [task_id for _name, task_id, _args, _kwargs in batch]
+
+
+def task_ended(task_id: str, short_name: str, *, retrying: bool = False) -> None:
+    """A task finished (done or failed for good): its work is no longer the outbox's.
+
+    Called by the worker for every task; a task that will retry keeps its row, so a retry
+    message lost with the broker is sent again too.
+    """
+    if retrying or short_name not in LIMITS:
+        return
+    OutboxMessage.objects.filter(task_id=task_id).delete()
+
+
+def resend_lost(now: int | None = None) -> list[str]:
+    """Send again every outbox message whose publish failed or whose task outlived its hard
+    limit plus the margin without finishing; returns their task ids."""
+    now = now_ms() if now is None else now
+    due = Q(sent_at__isnull=True)
+    for short_name, limit in LIMITS.items():
+        cutoff = now - (limit.hard + task_limits.MARGIN_SECONDS) * 1000
+        due |= Q(task=short_name, sent_at__lte=cutoff)
+    stranded = list(
+        OutboxMessage.objects.filter(due)
+        .order_by("created_at", "task_id")
+        .values_list("task_id", "task", "args", "kwargs", "sent_at", "sends")[:RESEND_LIMIT]
+    )
+    resent: list[str] = []
+    for task_id, short_name, args, kwargs, sent_at, sends in stranded:
+        rows = OutboxMessage.objects.filter(task_id=task_id, sent_at=sent_at, sends=sends)
+        if sends >= MAX_SENDS:
+            if rows.delete()[0]:
+                logger.error(
+                    "%s %s(%s) sent %d times without finishing: dropped from the outbox",
+                    short_name,
+                    task_id,
+                    args,
+                    sends,
+                )
+            continue
+        # The conditional UPDATE claims it: overlapping sweeps send it once.
+        if not rows.update(sent_at=now, sends=sends + 1):
+            continue
+        logger.warning(
+            "sending %s %s again (send %d): its work was not done", short_name, task_id, sends + 1
+        )
+        _publish(short_name, task_id, tuple(args), dict(kwargs))
+        resent.append(task_id)
+    return resent
 
 
 # --- the messages ----------------------------------------------------------------------------

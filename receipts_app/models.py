@@ -338,3 +338,27 @@ class FailureGroupMember(models.Model):
 
     def __str__(self) -> str:
         return f"{self.receipt_id} in {self.agent_id}/{self.scope}/{self.status}"
+
+
+class OutboxMessage(models.Model):
+    """A message the workers have been asked to run and have not finished: the outbox.
+
+    ``receipts_app.enqueue`` writes the row in the caller's transaction, before anything
+    answers 202, and the worker deletes it when the task ends; the lost-work sweep sends again
+    whatever stays (a broker that was down at commit, a worker killed mid-task).
+    """
+
+    task_id = models.CharField(max_length=64, primary_key=True)
+    task = models.CharField(max_length=64)  # the short name (enqueue.TASKS)
+    args = models.JSONField(default=list)
+    kwargs = models.JSONField(default=dict)
+    created_at = models.BigIntegerField(default=now_ms)
+    # Last handed to the broker; null while no publish has succeeded since the last attempt.
+    sent_at = models.BigIntegerField(null=True, blank=True)
+    sends = models.SmallIntegerField(default=1)
+
+    class Meta:
+        indexes = [models.Index(fields=["sent_at"], name="idx_outbox_sent_at")]
+
+    def __str__(self) -> str:
+        return f"{self.task} {self.task_id}"

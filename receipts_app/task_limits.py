@@ -8,7 +8,7 @@ bring such work back, and both are timed from the limits below:
 - The lost-work sweep (``requeue/sweep.py``, run by every repair tick) re-sends a requeued
   checkpoint untouched for ``LOST_CHECKPOINT_AFTER_SECONDS`` (twice the checkpoint's hard
   limit: by then its task either finished or is gone) and a queued or stalled plan after
-  ``LOST_PLAN_AFTER_SECONDS``. This also covers the filesystem broker, which never redelivers.
+  ``LOST_PLAN_AFTER_SECONDS``. This also covers the embedded SQL broker, which never redelivers.
 Plain numbers, no Django: settings read them before the apps load.
 """
 

@@ -5,8 +5,8 @@ the other way round. Services send work through ``receipts_app.enqueue``, which 
 task by the name it is registered under here (``enqueue.task_name``).
 
 All tasks are ``acks_late`` (a worker that dies mid-task leaves the message to be redelivered;
-how soon follows from the limits in ``task_limits``)
-and safe to run twice: checkpoints and flushes upsert by idempotency key, repairs claim rows
+how soon follows from the limits in ``task_limits``), the work sent through ``enqueue`` stays
+in its outbox until the task ends (``_outbox_task_ended``), and every task is safe to run twice: checkpoints and flushes upsert by idempotency key, repairs claim rows
 atomically, requeues compare-and-set, and plans resume from their cursor. Failures that the
 services already recorded as receipts are returned, not raised, so nothing crash-loops; only
 transient database errors are retried with backoff.
@@ -19,13 +19,14 @@ import logging
 from typing import Any
 
 from celery import shared_task
+from celery.signals import task_postrun
 from django.db import InterfaceError, OperationalError
 
 from opensquilla_site import timeutil
 from receipts_app import task_limits
 from sessions_app.gateways import using_gateway
 
-from . import audit, flush_runtime, repair, requeue, services
+from . import audit, enqueue, flush_runtime, repair, requeue, services
 from .checkpoint import DEFAULT_SOURCE
 from .enqueue import (
     CHECKPOINT_SESSION,
@@ -37,6 +38,7 @@ from .enqueue import (
 )
 
 logger = logging.getLogger(__name__)
+_TASK_PREFIX = task_name("")
 
 _RETRY: dict[str, Any] = {
     "acks_late": True,
@@ -163,3 +165,17 @@ def run_requeue_plan(plan_id: str, fan_out: bool = True) -> dict[str, Any]:
         "processed": plan.processed,
         "result_counts": plan.result_counts,
     }
+
+
+@task_postrun.connect
+def _outbox_task_ended(
+    sender: Any = None, task_id: str | None = None, state: str | None = None, **_kwargs: Any
+) -> None:
+    """The task's work is done (or failed for good): take its message out of the outbox."""
+    name = str(getattr(sender, "name", ""))
+    if not task_id or not name.startswith(_TASK_PREFIX):
+        return
+    try:
+        enqueue.task_ended(task_id, name[len(_TASK_PREFIX) :], retrying=state == "RETRY")
+    except Exception:  # noqa: BLE001 - the row stays; at worst the sweep sends it once more
+        logger.exception("could not clear outbox message %s", task_id)

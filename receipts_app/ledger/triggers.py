@@ -13,7 +13,7 @@ disagree with the rows a committed transaction left behind.
   the database lock anyway, so there is no contention to avoid).
 
 The statuses that feed the failure groups (``statuses.AT_RISK_STATUSES``) are frozen into the
-SQL by the migration that installs it (0016 now); a change of that list needs a migration that
+SQL by the migration that installs it (0017 now); a change of that list needs a migration that
 re-installs the triggers (``manage.py check_counts`` reports the drift until then).
 """
 

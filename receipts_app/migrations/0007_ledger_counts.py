@@ -12,7 +12,7 @@ FAILURE_STATUSES = (
     "receipt_orphaned",
     "hash_mismatch",
 )
-# The count key as of this migration (0016 adds the gateway).
+# The count key as of this migration (0017 adds the gateway).
 COUNT_KEY = ("agent_id", "scope", "status")
 
 

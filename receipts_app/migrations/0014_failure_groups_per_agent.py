@@ -23,7 +23,7 @@ from receipts_app.ledger import triggers
 
 _0007 = import_module("receipts_app.migrations.0007_ledger_counts")
 # Frozen here: the statuses at risk as of this migration (0007's failure statuses, and
-# requeued checkpoints), and the count key (0007's; 0016 adds the gateway).
+# requeued checkpoints), and the count key (0007's; 0017 adds the gateway).
 AT_RISK_STATUSES = (*_0007.FAILURE_STATUSES, "checkpoint_requeued")
 COUNT_KEY = _0007.COUNT_KEY
 _T = "receipts_app_memorydurablereceipt"

@@ -1,5 +1,11 @@
 """Find work whose enqueue was lost and queue it again (run by every ``repair_tick``).
 
+First the outbox (``enqueue.resend_lost``): every message sent through ``enqueue`` waits
+there until its task ends, so anything accepted and not done is sent again, whatever the task
+(docs/RELIABILITY.md states the timings). Then two sweeps by state, the backstop for rows
+whose message left the outbox without its work being done (a task dropped after
+``enqueue.MAX_SENDS``, or rows written before the outbox existed).
+
 Work is enqueued after commit; if the broker is down at that moment the row or plan is
 saved but no message exists. Repair rows need no help (a requeued repair row is due now and
 the repair tick claims it), but a ``checkpoint_requeued`` row and a ``queued`` plan would wait
@@ -29,10 +35,12 @@ SWEEP_LIMIT = 200
 
 
 def sweep_lost_work(now_ms: int) -> dict[str, Any]:
-    """Re-enqueue stranded requeued checkpoints and stuck plans; returns what was re-sent."""
+    """Send again the outbox's lost messages, then re-enqueue stranded requeued checkpoints
+    and stuck plans; returns what was re-sent."""
+    outbox = enqueue.resend_lost(now_ms)
     checkpoints = _sweep_checkpoints(now_ms)
     plans = _sweep_plans(now_ms)
-    return {"checkpoints_resent": checkpoints, "plans_resent": plans}
+    return {"outbox_resent": outbox, "checkpoints_resent": checkpoints, "plans_resent": plans}
 
 
 def _sweep_checkpoints(now_ms: int) -> list[str]:

@@ -40,14 +40,10 @@ def _heartbeat(kind: str, name: str, age_s: int, state: str = "running") -> None
 
 @pytest.fixture
 def fs_broker(settings, tmp_path):
-    folder = tmp_path / "broker-in"
-    folder.mkdir()
-    settings.CELERY_BROKER_URL = "filesystem://"
-    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(folder),
-        "data_folder_out": str(folder),
-    }
-    return folder
+    """The embedded broker (a SQLite file), in this test's own folder."""
+    settings.CELERY_BROKER_URL = f"sqlite:///{tmp_path / 'broker.sqlite3'}"
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {}
+    return settings.CELERY_BROKER_URL
 
 
 def test_liveness_shows_alive_silent_and_stopped_workers_and_beat(viewer, settings, fs_broker):
@@ -74,16 +70,15 @@ def test_liveness_without_any_heartbeat_says_how_to_start_a_worker(viewer, fs_br
     assert "No mirror is running" in html
 
 
-def test_queue_depth_on_the_filesystem_broker_counts_real_messages(viewer, settings, fs_broker):
-    with Connection(
-        "filesystem://", transport_options=settings.CELERY_BROKER_TRANSPORT_OPTIONS
-    ) as conn:
+def test_queue_depth_on_the_embedded_broker_counts_waiting_messages(viewer, fs_broker):
+    with Connection(fs_broker) as conn:
         queue = conn.SimpleQueue("celery")
-        for i in range(3):
+        for i in range(4):
             queue.put({"n": i})
+        queue.get(timeout=5).ack()  # delivered: no longer waiting
         queue.close()
     html = viewer.get(URL).content.decode()
-    assert "<td><code>celery</code></td><td>filesystem</td>" in html
+    assert "<td><code>celery</code></td><td>sqlite</td>" in html
     assert '<td class="num">3</td>' in html
 
 
@@ -147,3 +142,36 @@ def test_the_live_mirror_shows_on_liveness_and_in_metrics(viewer, fs_broker, rea
     metrics = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {read_token}")
     lag = 'opensquilla_mirror_lag_seconds{gateway="local",source="/srv/opensquilla/sessions.db"}'
     assert lag in (metrics.content.decode())
+
+
+def test_liveness_shows_each_supervised_process_and_its_restarts(viewer, settings, tmp_path):
+    import json
+
+    from opensquilla_site.gentle_stop import STATUS_FOLDER
+
+    settings.VAR_DIR = tmp_path
+    folder = tmp_path / STATUS_FOLDER
+    folder.mkdir(parents=True)
+    now = timeutil.now_ms()
+    base = {"supervisor_pid": os.getpid(), "started_at": now - 120_000}
+    worker = {"name": "worker", "state": "running", "restarts": 2}
+    worker["last_exit"] = {"code": -9, "text": "signal SIGKILL", "at": now - 3 * 3600_000}
+    (folder / "worker.json").write_text(json.dumps({**base, **worker}))
+    (folder / "web.json").write_text(json.dumps({**base, "name": "web", "state": "running"}))
+    gone = {**base, "name": "beat", "state": "running", "supervisor_pid": 2**22 + 7}
+    (folder / "beat.json").write_text(json.dumps(gone))  # its make run was killed
+
+    html = viewer.get(URL).content.decode()
+    assert "<td><code>worker</code></td>" in html
+    assert '<td class="num">2</td>' in html
+    assert "signal SIGKILL, 3 h ago" in html
+    beat_row = html[html.index("<td><code>beat</code></td>") :].split("</tr>")[0]
+    assert "stopped" in beat_row
+
+
+def test_liveness_without_supervised_processes_says_who_reports_restarts(
+    viewer, settings, tmp_path
+):
+    settings.VAR_DIR = tmp_path
+    html = viewer.get(URL).content.decode()
+    assert "restarts are your process manager" in html

@@ -267,6 +267,7 @@ def test_repair_tick_runs_the_worker_and_resends_lost_work(
     assert (backed_off.status, backed_off.attempt_count) == ("repair_pending", 1)
     assert backed_off.next_retry_at_ms is not None and backed_off.next_retry_at_ms > now_ms()
     assert result["swept"] == {
+        "outbox_resent": [],  # every message sent through enqueue finished
         "checkpoints_resent": [lost.receipt_id],
         "plans_resent": [plan.plan_id],
     }
@@ -278,7 +279,7 @@ def test_repair_tick_runs_the_worker_and_resends_lost_work(
     # The next tick finds nothing left to resend.
     with django_capture_on_commit_callbacks(execute=True):
         again = tasks.repair_tick.delay().get()
-    assert again["swept"] == {"checkpoints_resent": [], "plans_resent": []}
+    assert again["swept"] == {"outbox_resent": [], "checkpoints_resent": [], "plans_resent": []}
 
 
 def test_flush_task_flushes_that_session_under_the_turn_id_it_was_given(workspace):

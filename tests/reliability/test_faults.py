@@ -40,7 +40,7 @@ from opensquilla_site.wsgi import application
 from receipts_app import checkpoint, ledger, task_limits, tasks
 from receipts_app.audit import Actor
 from receipts_app.checkpoint import writer as checkpoint_writer
-from receipts_app.models import MemoryDurableReceipt, ReceiptEvent
+from receipts_app.models import MemoryDurableReceipt, OutboxMessage, ReceiptEvent
 from receipts_app.requeue import requeue_receipt, sweep_lost_work
 from tests.factories import make_session, make_user
 from tests.worker.conftest import (  # noqa: F401 - fixtures, used by name
@@ -274,7 +274,8 @@ def test_broker_down_loses_nothing_and_the_sweep_sends_the_work_when_it_is_back(
         content_type="application/json",
         headers=auth,
     )
-    assert trigger.status_code == 202  # accepted; its message is lost with the broker
+    assert trigger.status_code == 202  # accepted: its message waits in the outbox, unsent
+    assert OutboxMessage.objects.get(task_id=trigger.json()["task_id"]).sent_at is None
     rows_before = MemoryDurableReceipt.objects.count()
 
     # The broker is back and a worker runs. Ten minutes pass (the row is aged, never slept).
@@ -284,6 +285,7 @@ def test_broker_down_loses_nothing_and_the_sweep_sends_the_work_when_it_is_back(
         updated_at=now_requeued.updated_at - ELEVEN_MINUTES_MS
     )
     swept = sweep_lost_work(now_ms())
+    assert trigger.json()["task_id"] in swept["outbox_resent"]  # "checkpoint now" runs too
     assert swept["checkpoints_resent"] == [failed.receipt_id]
 
     recovered = wait_for(
@@ -302,6 +304,7 @@ def test_broker_down_loses_nothing_and_the_sweep_sends_the_work_when_it_is_back(
         ReceiptEvent.objects.filter(receipt_id=failed.receipt_id).values_list("action", flat=True)
     )
     assert {"requeue", "requeue_resent"} <= actions
+    wait_for(lambda: not OutboxMessage.objects.exists(), what="every accepted task to end")
     # A second sweep finds nothing left to send.
     assert sweep_lost_work(now_ms() + ELEVEN_MINUTES_MS)["checkpoints_resent"] == []
 
@@ -474,7 +477,7 @@ def test_a_worker_killed_mid_checkpoint_leaves_no_half_row_and_the_work_complete
         assert redelivered == 1  # acks_late: the killed worker's message was never acked
     start_worker()
     if not redelivered:
-        # The filesystem broker removed the message when it was fetched: the sweep is what
+        # The embedded broker hid the message when it was fetched: the sweep is what
         # sends the work again, once the row is LOST_CHECKPOINT_AFTER old (aged, not slept).
         lost_after_ms = task_limits.LOST_CHECKPOINT_AFTER_SECONDS * 1000
         aged = MemoryDurableReceipt.objects.filter(receipt_id=failed.receipt_id)

@@ -80,3 +80,102 @@ def test_gentle_stop_signals_only_the_main_process(tmp_path):
     assert wrapper.wait(timeout=30) == 0  # stopped as asked: a clean exit
     assert marker.read_text() == "stopped after 1 SIGTERM"
     assert not (tmp_path / "state.child").exists()  # the forked child never saw a signal
+
+
+CRASHING = """
+import os, signal, sys, time
+runs = open(sys.argv[1], "a+")
+runs.write("run\\n")
+runs.close()
+if open(sys.argv[1]).read().count("run") == 1:
+    os.kill(os.getpid(), signal.SIGKILL)  # the first run dies as kill -9 would end it
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+time.sleep(60)
+"""
+
+
+def test_gentle_stop_restarts_a_process_that_dies_and_records_it(tmp_path):
+    import json
+
+    runs = tmp_path / "runs"
+    wrapper = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        [sys.executable, "-m", "opensquilla_site.gentle_stop", "--restart", "worker"]
+        + [sys.executable, "-c", CRASHING, str(runs)],
+        cwd=REPO,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), "OPENSQUILLA_VAR_DIR": str(tmp_path)},
+        stderr=subprocess.PIPE,
+    )
+    status_file = tmp_path / "run" / "processes" / "worker.json"
+
+    def status() -> dict:
+        try:
+            return json.loads(status_file.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (
+        runs.exists() and runs.read_text().count("run") == 2 and status().get("state") == "running"
+    ):
+        time.sleep(0.05)
+    assert wrapper.poll() is None  # the wrapper (what honcho sees) never exited
+    record = status()
+    assert record["state"] == "running" and record["restarts"] == 1
+    assert record["last_exit"]["text"] == "signal SIGKILL"
+
+    os.killpg(wrapper.pid, signal.SIGINT)  # Ctrl-C still stops it, and it stays stopped
+    assert wrapper.wait(timeout=30) == 0
+    assert "worker exited with signal SIGKILL" in wrapper.stderr.read().decode()
+    assert status()["state"] == "stopped"
+    assert runs.read_text().count("run") == 2
+
+
+ONE_ANSWER = """
+import os, socket
+listener = socket.socket(fileno=3)  # handed over as systemd's socket activation does
+assert os.environ["LISTEN_FDS"] == "1" and os.environ["LISTEN_PID"] == str(os.getpid())
+connection, _ = listener.accept()
+connection.sendall(b"answered by %d" % os.getpid())
+connection.close()
+os._exit(1)  # crashes after every answer
+"""
+
+
+def test_gentle_stop_keeps_the_listening_socket_so_a_restart_refuses_no_connection(tmp_path):
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    wrapper = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        [sys.executable, "-m", "opensquilla_site.gentle_stop", "--restart", "web"]
+        + ["--listen", f"127.0.0.1:{port}", sys.executable, "-c", ONE_ANSWER],
+        cwd=REPO,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), "OPENSQUILLA_VAR_DIR": str(tmp_path)},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # until the wrapper has opened the socket
+            try:
+                first = socket.create_connection(("127.0.0.1", port), timeout=30)
+                break
+            except ConnectionRefusedError:
+                assert time.monotonic() < deadline, "the wrapper never listened"
+                time.sleep(0.05)
+        with first:
+            answers = [first.recv(100).decode()]
+        for _ in range(2):  # each of these arrives while the server is down, restarting
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
+                answers.append(client.recv(100).decode())
+        assert len(set(answers)) == 3 and all(a.startswith("answered by") for a in answers)
+        # Stop it while it waits to start a fourth (a stop racing the child's own crash would
+        # rightly report the crash's exit code).
+        status_file = tmp_path / "run" / "processes" / "web.json"
+        while '"restarts": 3' not in status_file.read_text():
+            assert time.monotonic() < deadline + 30, status_file.read_text()
+            time.sleep(0.05)
+    finally:
+        os.killpg(wrapper.pid, signal.SIGINT)
+    assert wrapper.wait(timeout=30) == 0

@@ -30,7 +30,8 @@ from django.db import connection
 from tests.worker.celery_app import TEST_QUEUE_ENV, app, route_to
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+# The embedded default (a SQLite file under the shared VAR_DIR) unless CI names a broker.
+BROKER_URL = os.environ.get("CELERY_BROKER_URL") or django_settings.CELERY_BROKER_URL
 BROKER_IS_REDIS = BROKER_URL.startswith(("redis://", "rediss://"))
 WORKER_READY_TIMEOUT = 60.0
 WAIT_TIMEOUT = 60.0

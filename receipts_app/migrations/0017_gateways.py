@@ -75,7 +75,7 @@ def unchange_receipts(apps, schema_editor):
     model = apps.get_model("receipts_app", "MemoryDurableReceipt")
     field = model._meta.get_field("gateway")
     if schema_editor.connection.vendor == "sqlite":
-        model._meta.constraints = [OLD_UNIQUE]  # the rebuilt table's shape before 0016
+        model._meta.constraints = [OLD_UNIQUE]  # the rebuilt table's shape before 0017
         schema_editor._remake_table(model, delete_field=field)
         return
     schema_editor.add_constraint(model, OLD_UNIQUE)  # fails if two gateways share a key
@@ -103,7 +103,7 @@ def install_old_triggers(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('receipts_app', '0015_failure_inbox_plural_name'),
+        ('receipts_app', '0016_outbox'),
         ('sessions_app', '0005_gateways'),
     ]
 
