@@ -56,7 +56,7 @@ def test_a_row_written_without_a_gateway_is_locals():
 
 def test_gateway_names_are_slugs():
     assert validate_gateway_name("host-2_a") == "host-2_a"
-    for bad in ("", "Edge", "-edge", "a b", "x" * 65, "edge/1", None):
+    for bad in ("", "Edge", "-edge", "a b", "x" * 65, "edge/1", "edge\n", "local\x00", None):
         with pytest.raises(GatewayNameError):
             validate_gateway_name(bad)
 
