@@ -57,9 +57,19 @@ lint: install
 typecheck: install
 	$(BIN)/mypy opensquilla_site sessions_app receipts_app operations_app
 
+# The suite in two passes (docs/PERFORMANCE.md has its time). First everything but the browser
+# tests, in parallel: pytest-xdist, one test database per worker; the tests that start real
+# processes (Celery workers, soak loads) share one xdist group, so one of them runs at a time
+# (tests/conftest.py). Then the browser tests, serially: Playwright's sync API keeps an event
+# loop in its thread, which later async tests cannot share. PYTEST_ARGS narrows both passes
+# (e.g. PYTEST_ARGS=tests/site); a browser pass that selects no test (pytest's exit 5) is then
+# not a failure, an empty first pass is.
+PYTEST_WORKERS ?= 2
+PYTEST_ARGS ?=
 pytest: install system-deps
 	$(BIN)/python manage.py makemigrations --check --dry-run
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not browser" $(PYTEST_ARGS)
+	$(BIN)/pytest -m browser $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test: lint typecheck pytest
 
