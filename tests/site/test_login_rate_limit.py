@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tests.conftest import clear_test_cache
 from tests.factories import make_user
 
