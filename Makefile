@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # hand), honcho and every process read. The test suite never reads .env.
 RUN_WORKSPACE ?= $(CURDIR)/var/workspace
 
-.PHONY: install system-deps migrate run demo test lint typecheck pytest bench soak clean
+.PHONY: install system-deps migrate run demo test lint typecheck pytest bench bench-writes bench-report soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +75,19 @@ test: lint typecheck pytest
 
 bench: install
 	$(BIN)/python bench/run_all.py
+
+# The write figures of docs/PERFORMANCE.md (interleaved rounds against the fsync floor and the
+# ledger's own statements on the raw driver), then the page regenerated from them.
+bench-writes: install
+	$(BIN)/python bench/write_rounds.py --backend sqlite --sqlite-sync FULL --rounds 5 --n 1000 --name write_rounds_sqlite_full
+	$(BIN)/python bench/write_rounds.py --backend sqlite --sqlite-sync OFF --rounds 5 --n 1000 --name write_rounds_sqlite_off
+	$(BIN)/python bench/write_rounds.py --backend postgres --rounds 5 --n 1000 --sides fsync,after,raw --name write_rounds_postgres_on
+	$(BIN)/python bench/write_profile.py --n 1000 --name write_profile_sqlite_off
+	$(BIN)/python bench/report.py --adopt var/bench/write_rounds_sqlite_full.json var/bench/write_rounds_sqlite_off.json var/bench/write_rounds_postgres_on.json var/bench/write_profile_sqlite_off.json
+
+# docs/PERFORMANCE.md from bench/results/*.json (the suite checks it matches).
+bench-report:
+	$(BIN)/python bench/report.py
 
 soak: install
 	$(BIN)/pytest -m soak -p no:cacheprovider

@@ -213,6 +213,35 @@ def _write_detail(r: dict) -> list[str]:
     return out + [""]
 
 
+def profile_detail(runs: list[dict]) -> list[str]:
+    out: list[str] = []
+    for r in runs:
+        out += [
+            f"### Where ours spends its CPU: SQLite `synchronous={r['sqlite_sync']}`, profiled",
+            "",
+            f"{cmd(r)} — {when(r)}; load {load_of(r)}. {r['writes']:,} writes (the three kinds) "
+            "under `cProfile` on the process CPU clock, each function's own time summed by "
+            f"bucket: {num(r['profiled_cpu_us_per_write'])} µs per write profiled. The profiler "
+            "charges every Python call and not the work inside SQLite's C calls, so the Python "
+            "buckets are an upper bound and the unprofiled ratio above is the figure.",
+            "",
+            "| bucket | share | µs per write (profiled) |",
+            "|---|---|---|",
+            *[
+                f"| {b['label']} | {b['share']:.0%} | {num(b['us_per_write'], 1)} |"
+                for b in r["buckets"]
+            ],
+            "",
+            "Largest single functions (own time, µs per write, profiled): "
+            + "; ".join(
+                f"`{t['function']}` {num(t['us_per_write'], 1)}" for t in r["top_functions"]
+            )
+            + ".",
+            "",
+        ]
+    return out
+
+
 SIDE_NAMES = {
     "after": "ours (`receipts_app.ledger`)",
     "raw": "raw floor (the ledger's statements, raw driver)",
@@ -414,7 +443,8 @@ REPRODUCE = [
     "set through `bench/run_all.py`); their JSON was not kept, so those rows hold the figures "
     "as last published, with the command, date and commit of their run "
     "(`bench/results/carried.json`). This page renders only write-round, suite-time and carried "
-    "results: adopting the JSON of another benchmark is refused until the report has a "
+    "results (and `bench/write_profile.py`'s): adopting the JSON of another benchmark is "
+    "refused until the report has a "
     "renderer for it.",
 ]
 
@@ -496,6 +526,7 @@ def render(results: dict[str, dict] | None = None) -> str:
         "PostgreSQL's server does not, so on PostgreSQL it is the client's share only.",
         "",
         *write_detail,
+        *profile_detail(by_kind(results, "write_profile")),
         "## Test suite",
         "",
         "`make pytest` runs the suite in two passes: everything but the browser tests with "
@@ -521,7 +552,7 @@ def render(results: dict[str, dict] | None = None) -> str:
 
 # --- adopting results ----------------------------------------------------------------------------
 
-RENDERED_KINDS = ("write_rounds", "suite_time")
+RENDERED_KINDS = ("write_rounds", "suite_time", "write_profile")
 
 
 def adopt(path: Path) -> Path:
