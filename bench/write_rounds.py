@@ -73,25 +73,41 @@ def conflict_row(i: int, n: int) -> dict:
     return row
 
 
-def _figures(samples: list[float], wall: float, cpu: float) -> dict:
+def write_calls() -> tuple[int, int]:
+    """This process's write system calls and bytes so far (all threads; /proc/self/io)."""
+    try:
+        fields = dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())
+    except OSError:
+        return 0, 0
+    return int(fields["syscw"]), int(fields["wchar"])
+
+
+def _figures(samples: list[float], wall: float, cpu: float, writes: tuple[int, int]) -> dict:
     samples.sort()
+    n = len(samples)
     return {
-        "ops_per_s": round(len(samples) / wall, 1),
-        "p50_ms": round(samples[len(samples) // 2] * 1000, 4),
+        "ops_per_s": round(n / wall, 1),
+        "p50_ms": round(samples[n // 2] * 1000, 4),
         # CPU time of this whole process (all threads) per write, in microseconds.
-        "cpu_us": round(cpu / len(samples) * 1e6, 2),
+        "cpu_us": round(cpu / n * 1e6, 2),
+        # Write system calls and KiB per write: on SQLite, the WAL pages each commit appends
+        # (one pwrite per 4 KiB page); on PostgreSQL, the client's socket writes only.
+        "write_calls": round(writes[0] / n, 2),
+        "write_kib": round(writes[1] / n / 1024, 2),
     }
 
 
 def timed(fn, items) -> dict:
     samples = []
+    w0 = write_calls()
     c0, t0 = time.process_time(), time.perf_counter()
     for item in items:
         s = time.perf_counter()
         fn(item)
         samples.append(time.perf_counter() - s)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return _figures(samples, wall, cpu)
+    w1 = write_calls()
+    return _figures(samples, wall, cpu, (w1[0] - w0[0], w1[1] - w0[1]))
 
 
 def fsync_floor(folder: Path, count: int) -> dict:
@@ -183,13 +199,15 @@ def child_reference(path: str, n: int, sqlite_sync: str) -> dict:
 
             async def run(fn, items) -> dict:
                 samples = []
+                w0 = write_calls()
                 c0, t0 = time.process_time(), time.perf_counter()
                 for item in items:
                     s = time.perf_counter()
                     await fn(item)
                     samples.append(time.perf_counter() - s)
                 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-                return _figures(samples, wall, cpu)
+                w1 = write_calls()
+                return _figures(samples, wall, cpu, (w1[0] - w0[0], w1[1] - w0[1]))
 
             out = {
                 "upsert_distinct": await run(storage.upsert_memory_durable_receipt, distinct),
@@ -442,6 +460,8 @@ def summarise(per_side: dict[str, list[dict]]) -> tuple[dict, dict]:
                 "ops_per_s_max": max(rates),
                 "p50_ms_median": round(statistics.median([r[op]["p50_ms"] for r in runs]), 4),
                 "cpu_us": _spread([r[op]["cpu_us"] for r in runs], 2),
+                "write_calls": _spread([r[op]["write_calls"] for r in runs], 2),
+                "write_kib": _spread([r[op]["write_kib"] for r in runs], 2),
                 "rounds": rates,
             }
     ratios: dict = {}
