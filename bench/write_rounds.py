@@ -110,18 +110,18 @@ def timed(fn, items) -> dict:
     return _figures(samples, wall, cpu, (w1[0] - w0[0], w1[1] - w0[1]))
 
 
-def fsync_floor(folder: Path, count: int) -> dict:
-    """One 4 KiB page rewritten and ``fdatasync``ed ``count`` times: the disk's commit floor."""
+def _sync_probe(folder: Path, count: int, pages: int) -> dict:
+    """``pages`` 4 KiB pages rewritten in place, then ``fdatasync``, ``count`` times."""
     path = folder / f"fsync_probe_{os.getpid()}.bin"
-    page = os.urandom(4096)
+    block = os.urandom(4096 * pages)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        os.pwrite(fd, page, 0)
+        os.pwrite(fd, block, 0)
         os.fsync(fd)  # the file's size and inode are on disk: what follows is the data sync
         samples = []
         for _ in range(count):
             s = time.perf_counter()
-            os.pwrite(fd, page, 0)
+            os.pwrite(fd, block, 0)
             os.fdatasync(fd)
             samples.append(time.perf_counter() - s)
     finally:
@@ -131,11 +131,20 @@ def fsync_floor(folder: Path, count: int) -> dict:
     median = statistics.median(samples)
     return {
         "count": count,
+        "pages": pages,
         "median_ms": round(median * 1000, 4),
         "p10_ms": round(samples[count // 10] * 1000, 4),
         "p90_ms": round(samples[(count * 9) // 10] * 1000, 4),
         "syncs_per_s": round(1 / median, 1),
     }
+
+
+def fsync_floor(folder: Path, count: int, commit_pages: int) -> dict:
+    """The disk's commit floor: one page synced (the least a durable commit costs), and a
+    commit-sized write synced (as many pages as one of our commits appends to the WAL)."""
+    one = _sync_probe(folder, count, 1)
+    one["commit_sized"] = _sync_probe(folder, max(count // 5, 20), commit_pages)
+    return one
 
 
 # --- children: one side, one round ----------------------------------------------------------
@@ -407,7 +416,8 @@ class Databases:
 
 def run_side(side: str, args, dbs: Databases) -> dict:
     if side == "fsync":
-        return {"fsync": fsync_floor(dbs.dir, args.fsync_count), "durability": "fdatasync"}
+        floor = fsync_floor(dbs.dir, args.fsync_count, args.commit_pages)
+        return {"fsync": floor, "durability": "fdatasync"}
     env = dict(dbs.env)
     if side == "reference":
         path = dbs.dir / f"{dbs.prefix}_run_reference.sqlite3"
@@ -450,6 +460,14 @@ def summarise(per_side: dict[str, list[dict]]) -> tuple[dict, dict]:
                 "p90_ms": [r["fsync"]["p90_ms"] for r in runs],
                 "count": runs[0]["fsync"]["count"],
             }
+            if "commit_sized" in runs[0]["fsync"]:
+                sized = [r["fsync"]["commit_sized"] for r in runs]
+                summary[side]["commit_sized"] = {
+                    "pages": sized[0]["pages"],
+                    "count": sized[0]["count"],
+                    "median_ms": _spread([c["median_ms"] for c in sized], 4),
+                    "syncs_per_s": _spread([c["syncs_per_s"] for c in sized], 1),
+                }
             continue
         summary[side] = {}
         for op in OPS:
@@ -487,17 +505,21 @@ def summarise(per_side: dict[str, list[dict]]) -> tuple[dict, dict]:
                     ),
                 }
     if "fsync" in per_side:
-        for side in writers:
-            pair = ratios.setdefault(f"{side}/fsync", {})
-            for op in OPS:
-                pair[op] = {
-                    "rate": _spread(
-                        [
-                            r[op]["ops_per_s"] / f["fsync"]["syncs_per_s"]
-                            for r, f in zip(per_side[side], per_side["fsync"], strict=True)
-                        ]
-                    )
-                }
+        floors = {"fsync": lambda f: f["syncs_per_s"]}
+        if "commit_sized" in per_side["fsync"][0]["fsync"]:
+            floors["fsync_commit"] = lambda f: f["commit_sized"]["syncs_per_s"]
+        for floor, rate_of in floors.items():
+            for side in writers:
+                pair = ratios.setdefault(f"{side}/{floor}", {})
+                for op in OPS:
+                    pair[op] = {
+                        "rate": _spread(
+                            [
+                                r[op]["ops_per_s"] / rate_of(f["fsync"])
+                                for r, f in zip(per_side[side], per_side["fsync"], strict=True)
+                            ]
+                        )
+                    }
     return summary, ratios
 
 
@@ -511,6 +533,12 @@ def main() -> None:
     parser.add_argument("--sqlite-sync", default="FULL", choices=("FULL", "NORMAL", "OFF"))
     parser.add_argument("--pg-sync", default="on", choices=("on", "off"))
     parser.add_argument("--fsync-count", type=int, default=500, help="fdatasync calls per round")
+    parser.add_argument(
+        "--commit-pages",
+        type=int,
+        default=20,
+        help="pages of the commit-sized sync probe (about what one ledger write appends)",
+    )
     parser.add_argument("--name", default=None, help="result file name (var/bench/<name>.json)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
