@@ -71,6 +71,9 @@ def main() -> None:
     passes = [run(command, log) for command in commands]
     result = {
         "kind": "suite_time",
+        # the tree the suite ran in (the current directory), not this script's
+        **wl.git_commit(Path.cwd()),
+        "tree": str(Path.cwd()),
         "passes": passes,
         "wall_s": round(sum(p["wall_s"] for p in passes), 1),
         # exit 5 (no test selected) of a pass counts as success only if the command says so

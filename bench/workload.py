@@ -231,12 +231,12 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def git_commit() -> dict[str, Any]:
+def git_commit(tree: Path = ROOT) -> dict[str, Any]:
     """The commit the benchmark ran on, and whether the tree had uncommitted changes."""
     import subprocess
 
     def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        done = subprocess.run(["git", *args], cwd=tree, capture_output=True, text=True)
         return done.stdout.strip() if done.returncode == 0 else ""
 
     return {
