@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -105,19 +106,42 @@ def clear_test_cache() -> None:
         client.delete(*keys)
 
 
+def _set_nodeid(item: pytest.Item, nodeid: str) -> None:
+    # pytest ≥ 9 derives ``nodeid`` from ``_id``; xdist 3.8 still writes ``_nodeid``, which
+    # pytest 9 ignores (so xdist's own ``loadgroup`` suffix never takes): set what is read.
+    if hasattr(item, "_id"):
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(nodeid)
+    else:  # pragma: no cover - pytest < 9
+        item._nodeid = nodeid
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Run browser tests last: Playwright's sync API keeps an event loop running in the main
     thread for the rest of the session, which async tests cannot share. Under xdist, the tests
     that start real processes share one group (``--dist loadgroup`` runs it on one worker)."""
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+    # xdist tells tests apart by node id alone. Schemathesis gives every API operation its own
+    # item under the test function's one node id, so under xdist all but one would silently
+    # not run: such items get a node id of their own, from their (distinct) names.
+    shared = Counter(item.nodeid for item in items)
+    for item in items:
+        if shared[item.nodeid] > 1:
+            _set_nodeid(item, f"{item.nodeid.rsplit('::', 1)[0]}::{item.name}")
     if not config.pluginmanager.hasplugin("xdist"):
         return
+    loadgroup = getattr(config.option, "dist", None) == "loadgroup"
     for item in items:
-        if any(item.get_closest_marker(m) for m in SERIAL_MARKERS) and not item.get_closest_marker(
-            "xdist_group"
-        ):
+        mark = item.get_closest_marker("xdist_group")
+        if mark is None and any(item.get_closest_marker(m) for m in SERIAL_MARKERS):
             item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
+            mark = item.get_closest_marker("xdist_group")
+        if loadgroup and mark is not None and "@" not in item.nodeid.rsplit("]", 1)[-1]:
+            # What ``--dist loadgroup`` schedules by: the group after the last "@".
+            group = mark.args[0] if mark.args else mark.kwargs.get("name", "default")
+            _set_nodeid(item, f"{item.nodeid}@{group}")
 
 
 @pytest.hookimpl(hookwrapper=True)
