@@ -22,7 +22,9 @@ the suite keeps workers apart:
 - the two cores: tests that start real Celery workers or Chromium (markers ``worker``,
   ``browser``, ``soak``) share one xdist group (``SERIAL_GROUP``), so at most one of them runs
   at a time; ``make pytest`` runs the browser tests in a second, serial pass (Playwright's sync
-  API leaves an event loop in its thread, which later async tests cannot share).
+  API leaves an event loop in its thread, which later async tests cannot share);
+- node ids: xdist finds a test by its node id, so every item needs its own (parametrize gives
+  them; items that share one, as schemathesis's per-operation cases do, are renamed below).
 """
 
 from __future__ import annotations
