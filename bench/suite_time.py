@@ -68,11 +68,12 @@ def main() -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("")
     load_before = os.getloadavg()[0]
+    tree = wl.git_commit(Path.cwd())  # at the start: what the suite runs
     passes = [run(command, log) for command in commands]
     result = {
         "kind": "suite_time",
         # the tree the suite ran in (the current directory), not this script's
-        **wl.git_commit(Path.cwd()),
+        **tree,
         "tree": str(Path.cwd()),
         "passes": passes,
         "wall_s": round(sum(p["wall_s"] for p in passes), 1),
