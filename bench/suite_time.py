@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -42,7 +43,7 @@ def run(command: list[str], log: Path) -> dict:
             for n, what in COUNTS.findall(line):
                 counts[what.rstrip("s") if what.startswith("error") else what] = int(n)
     return {
-        "command": " ".join(command),
+        "command": shlex.join(command),
         "exit_code": rc,
         "wall_s": round(wall, 1),
         "counts": counts,
