@@ -227,7 +227,8 @@ def _write_detail(r: dict) -> list[str]:
         out.append(line)
     out += [
         "",
-        "CPU and KiB columns: distinct upserts / conflicting re-upserts / status updates. "
+        ("CPU and KiB columns" if sqlite else "CPU column")
+        + ": distinct upserts / conflicting re-upserts / status updates. "
         + (
             "KiB written per write: the process's write system calls (`/proc/self/io`), i.e. the "
             "WAL frames each commit appends plus its share of checkpoints."
