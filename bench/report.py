@@ -388,7 +388,10 @@ LIMITS = {
         "start real Celery workers run one at a time in one xdist group (each waits for a worker "
         "process to start and to drain its queue), while the other worker runs everything else; "
         "the browser tests then run serially, one Chromium. Creating a test database per worker "
-        "(migrations) costs each worker a few seconds."
+        "(migrations) costs each worker a few seconds. Two workers need two idle cores: when "
+        "the machine's other tenants keep both busy (a load of 4 and more), a second worker "
+        "gets little CPU a serial run would not, so compare runs only at a similar load, which "
+        "each row gives."
     ),
     "pages": (
         "Every console page runs a fixed number of queries (at most 8, held by "
