@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # hand), honcho and every process read. The test suite never reads .env.
 RUN_WORKSPACE ?= $(CURDIR)/var/workspace
 
-.PHONY: install system-deps migrate run demo test lint typecheck pytest bench soak soak-embedded clean
+.PHONY: install system-deps migrate run demo test lint typecheck pytest bench bench-writes bench-report soak soak-embedded clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,14 +59,37 @@ lint: install
 typecheck: install
 	$(BIN)/mypy opensquilla_site sessions_app receipts_app operations_app
 
+# The suite in two passes (docs/PERFORMANCE.md has its time). First everything but the browser
+# tests, in parallel: pytest-xdist, one test database per worker; the tests that start real
+# processes (Celery workers, soak loads) share one xdist group, so one of them runs at a time
+# (tests/conftest.py). Then the browser tests, serially: Playwright's sync API keeps an event
+# loop in its thread, which later async tests cannot share. PYTEST_ARGS narrows both passes
+# (e.g. PYTEST_ARGS=tests/site); a browser pass that selects no test (pytest's exit 5) is then
+# not a failure, an empty first pass is.
+PYTEST_WORKERS ?= 2
+PYTEST_ARGS ?=
 pytest: install system-deps
 	$(BIN)/python manage.py makemigrations --check --dry-run
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not browser" $(PYTEST_ARGS)
+	$(BIN)/pytest -m browser $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test: lint typecheck pytest
 
 bench: install
 	$(BIN)/python bench/run_all.py
+
+# The write figures of docs/PERFORMANCE.md (interleaved rounds against the fsync floor and the
+# ledger's own statements on the raw driver), then the page regenerated from them.
+bench-writes: install
+	$(BIN)/python bench/write_rounds.py --backend sqlite --sqlite-sync FULL --rounds 5 --n 1000 --name write_rounds_sqlite_full
+	$(BIN)/python bench/write_rounds.py --backend sqlite --sqlite-sync OFF --rounds 5 --n 1000 --name write_rounds_sqlite_off
+	$(BIN)/python bench/write_rounds.py --backend postgres --rounds 5 --n 1000 --sides fsync,after,raw --name write_rounds_postgres_on
+	$(BIN)/python bench/write_profile.py --n 1000 --name write_profile_sqlite_off
+	$(BIN)/python bench/report.py --adopt var/bench/write_rounds_sqlite_full.json var/bench/write_rounds_sqlite_off.json var/bench/write_rounds_postgres_on.json var/bench/write_profile_sqlite_off.json
+
+# docs/PERFORMANCE.md from bench/results/*.json (the suite checks it matches).
+bench-report:
+	$(BIN)/python bench/report.py
 
 soak: install
 	$(BIN)/pytest -m soak -p no:cacheprovider

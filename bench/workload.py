@@ -231,9 +231,28 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def git_commit(tree: Path = ROOT) -> dict[str, Any]:
+    """The commit the benchmark ran on, and whether the tree had uncommitted changes."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=tree, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    return {
+        "commit": git("rev-parse", "--short", "HEAD") or "unknown",
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+    }
+
+
 def write_result(name: str, data: dict[str, Any]) -> Path:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    data = {"name": name, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **data}
+    data = {
+        "name": name,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **git_commit(),
+        **data,
+    }
     path = RESULTS_DIR / f"{name}.json"
     path.write_text(json.dumps(data, indent=2, default=str) + "\n")
     return path

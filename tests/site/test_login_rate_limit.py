@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import pytest
-from django.core.cache import cache
 
+from tests.conftest import clear_test_cache
 from tests.factories import make_user
 
 pytestmark = pytest.mark.django_db
@@ -13,9 +13,9 @@ def _fresh_cache(settings):
     # Hour windows: a minute window can roll over mid-test on a slow machine and reset a count.
     settings.LOGIN_RATE_PER_IP = "20/h"
     settings.LOGIN_RATE_PER_USER = "5/h"
-    cache.clear()
+    clear_test_cache()
     yield
-    cache.clear()
+    clear_test_cache()
 
 
 def test_repeated_failed_logins_for_one_user_are_refused_even_with_the_right_password(client):
