@@ -588,7 +588,7 @@ def render(results: dict[str, dict] | None = None) -> str:
         "pytest-xdist (`-n 2 --dist loadgroup`: one test database per worker; the tests that "
         "start real Celery workers or soak loads share one xdist group), then the browser tests "
         "serially. CI (`.ci/run`) runs that on PostgreSQL + Redis + Chromium, then the suite again "
-        "on SQLite and the filesystem broker (`-n 2`, PostgreSQL-, Redis- and browser-marked "
+        "on SQLite and the embedded SQLite broker (`-n 2`, PostgreSQL-, Redis- and browser-marked "
         "tests deselected). `-n auto` is `-n 2` on this 2-core machine.",
         "",
         *suite_detail,
