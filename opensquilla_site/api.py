@@ -26,9 +26,10 @@ from ninja import NinjaAPI, Path, Router, Status
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
-from receipts_app.api import health_router, plans_router, session_receipts_router
+from receipts_app.api import gateways_router, health_router, plans_router, session_receipts_router
 from receipts_app.api import router as receipts_router
 from sessions_app.api import router as sessions_router
+from sessions_app.gateways import in_requested_gateway
 
 from .api_docs import docs_access
 from .auth import ADMIN, principal
@@ -193,9 +194,20 @@ def revoke_token(request: HttpRequest, token_id: int = Path(..., ge=1, le=2**63 
 # Each router under its own prefix. Order matters within /sessions: the receipt-backed
 # session routes (…/checkpoints, …/flush, …/coverage) must be matched before the sessions
 # router's catch-all ``sessions/{path:key}``.
+# ``?gateway=NAME`` on every receipts, sessions, health and gateways route: lists span every
+# gateway without it, a session key addresses ``local`` (sessions_app.gateways).
+for _router in (
+    session_receipts_router,
+    sessions_router,
+    receipts_router,
+    health_router,
+    gateways_router,
+):
+    _router.add_decorator(in_requested_gateway)
 api.add_router("/sessions", session_receipts_router)
 api.add_router("/sessions", sessions_router)
 api.add_router("/receipts", receipts_router)
 api.add_router("/requeue-plans", plans_router)
 api.add_router("/health", health_router)
+api.add_router("/gateways", gateways_router)
 api.add_router("/tokens", tokens_router)

@@ -90,6 +90,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last: runs a console page inside the gateway its ?gateway= names.
+    "receipts_app.console.middleware.ConsoleGatewayMiddleware",
 ]
 
 ROOT_URLCONF = "opensquilla_site.urls"
@@ -212,6 +214,9 @@ OPENSQUILLA_CHECKPOINT_TIMEOUT = serving.WAIT_LIMIT_SECONDS
 # Procfile's mirror process idles.
 OPENSQUILLA_SOURCE_DB = os.environ.get("OPENSQUILLA_SOURCE_DB") or None
 OPENSQUILLA_SOURCE_WORKSPACE = os.environ.get("OPENSQUILLA_SOURCE_WORKSPACE") or None
+# More gateways, each under its own name: "NAME=DB[:WORKSPACE] NAME=DB[:WORKSPACE] …"
+# (receipts_app.mirror.sources parses it; OPENSQUILLA_SOURCE_DB above is the gateway "local").
+OPENSQUILLA_SOURCES = os.environ.get("OPENSQUILLA_SOURCES") or None
 OPENSQUILLA_MIRROR_INTERVAL = float(os.environ.get("OPENSQUILLA_MIRROR_INTERVAL", "0.5"))
 
 # --- Celery ----------------------------------------------------------------------------

@@ -52,29 +52,43 @@ def _probe(parts: list[str], params: list[Any]) -> dict[str, int]:
 def oldest_due_repairs(now: int, counts: list[CountRow]) -> dict[str, int]:
     """Per agent, since when (epoch ms) its oldest due repair has been due: the smallest
     ``COALESCE(next_retry_at_ms, created_at)`` not after ``now``, one probe of
-    ``idx_mdr_repair_due`` per agent with queued repairs (the WHERE repeats that partial
+    ``idx_mdr_repair_due`` per (gateway, agent) of the counts with queued repairs (the WHERE repeats that partial
     index's condition word for word, so every backend's planner may use it)."""
-    agents = sorted({r.agent_id for r in counts if r.status in REPAIR_QUEUE_STATUSES and r.count})
+    pairs = sorted(
+        {
+            (r.gateway_id, r.agent_id)
+            for r in counts
+            if r.status in REPAIR_QUEUE_STATUSES and r.count
+        }
+    )
     parts = [
         f"SELECT %s, (SELECT MIN(COALESCE(next_retry_at_ms, created_at)) FROM {T} "
-        f"WHERE {_REPAIR_QUEUE_CONDITION} AND agent_id = %s "
+        f"WHERE {_REPAIR_QUEUE_CONDITION} AND agent_id = %s AND gateway_id = %s "
         "AND COALESCE(next_retry_at_ms, created_at) <= %s)"
-        for _ in agents
+        for _ in pairs
     ]
-    return _probe(parts, [p for agent in agents for p in (agent, agent, now)])
+    params = [p for gateway, agent in pairs for p in (agent, agent, gateway, now)]
+    return _probe(parts, params)
 
 
 def oldest_at_risk(counts: list[CountRow]) -> dict[str, int]:
     """Per agent, the creation time (epoch ms) of its oldest receipt at risk: one probe of
-    ``idx_mdr_agent_status`` per (agent, status) the counts table says has rows."""
-    pairs = sorted(
-        {(r.agent_id, r.status) for r in counts if r.status in AT_RISK_STATUSES and r.count}
+    ``idx_mdr_agent_status`` per (gateway, agent, status) the counts say has rows (so counts
+    scoped to one gateway read only that gateway's rows)."""
+    keys = sorted(
+        {
+            (r.gateway_id, r.agent_id, r.status)
+            for r in counts
+            if r.status in AT_RISK_STATUSES and r.count
+        }
     )
     parts = [
-        f"SELECT %s, (SELECT MIN(created_at) FROM {T} WHERE agent_id = %s AND status = %s)"
-        for _ in pairs
+        f"SELECT %s, (SELECT MIN(created_at) FROM {T} "
+        "WHERE agent_id = %s AND status = %s AND gateway_id = %s)"
+        for _ in keys
     ]
-    return _probe(parts, [p for agent, status in pairs for p in (agent, agent, status)])
+    params = [p for gateway, agent, status in keys for p in (agent, agent, status, gateway)]
+    return _probe(parts, params)
 
 
 def agent_signals(

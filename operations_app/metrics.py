@@ -34,11 +34,11 @@ def _ledger_metrics(now: int) -> Iterator[Metric]:
     counts = receipt_counts()
     receipts = GaugeMetricFamily(
         "opensquilla_receipts",
-        "Receipts in the ledger per agent, scope and status.",
-        labels=["agent", "scope", "status"],
+        "Receipts in the ledger per agent, scope, status and gateway.",
+        labels=["agent", "scope", "status", "gateway"],
     )
     for row in counts:
-        receipts.add_metric([row.agent_id, row.scope, row.status], row.count)
+        receipts.add_metric([row.agent_id, row.scope, row.status, row.gateway_id], row.count)
     yield receipts
 
     signals = agent_signals(counts, now)
@@ -133,12 +133,12 @@ def _liveness_metrics() -> Iterator[Metric]:
     if mirrors:
         lag = GaugeMetricFamily(
             "opensquilla_mirror_lag_seconds",
-            "How far the live mirror is behind its OpenSquilla sessions.db.",
-            labels=["source"],
+            "How far the live mirror is behind its OpenSquilla sessions.db, per gateway.",
+            labels=["source", "gateway"],
         )
         for m in mirrors:
             if m.lag_seconds is not None:
-                lag.add_metric([m.source], m.lag_seconds)
+                lag.add_metric([m.source, m.gateway], m.lag_seconds)
         yield lag
 
 

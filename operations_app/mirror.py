@@ -21,6 +21,7 @@ class MirrorView:
     state: str
     lag_seconds: float | None
     checked_at: int | None  # epoch ms of the mirror's last look at its source
+    gateway: str = "local"  # the gateway the source's rows belong to
 
 
 def _field(state: Any, *names: str) -> Any:
@@ -42,6 +43,7 @@ def _to_view(state: Any, now: int) -> MirrorView:
         state=str(_field(state, "state", "status") or "unknown"),
         lag_seconds=float(lag) if isinstance(lag, int | float) else None,
         checked_at=int(checked) if isinstance(checked, int | float) else None,
+        gateway=str(_field(state, "gateway") or "local"),
     )
 
 

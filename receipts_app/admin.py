@@ -53,7 +53,7 @@ class MemoryDurableReceiptAdmin(ShowOnlyAdmin):
             "updated_at",
         ),
     )
-    list_filter = ("status", "scope", "agent_id")
+    list_filter = ("status", "scope", "agent_id", "gateway")
     search_fields = ("=receipt_id", "^session_key", "=idempotency_key", "=session_id")
     list_select_related = False  # no relations: one query per page
     show_full_result_count = False

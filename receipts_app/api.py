@@ -26,18 +26,19 @@ from opensquilla_site.timeutil import now_ms
 from sessions_app.keys import canonicalize_session_key, normalize_agent_id
 from sessions_app.selectors import get_session_or_404
 
-from . import health, ledger, requeue, services
+from . import gateways, health, ledger, requeue, services
 from .audit import Actor, acting_as
 from .mirror.state import mirror_states
 from .models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
 from .schemas import (
-    RECEIPT_OUT_KEYS,
+    RECEIPT_OUT_ATTRS,
     AcknowledgeIn,
     AcknowledgeOut,
     BulkOut,
     CheckpointIn,
     CoverageOut,
     FlushOut,
+    GatewayListOut,
     HealthListOut,
     HealthOut,
     ReceiptBulkIn,
@@ -65,6 +66,7 @@ from .selectors import (
 router = Router(tags=["receipts"])
 plans_router = Router(tags=["receipts"])
 health_router = Router(tags=["receipts"])
+gateways_router = Router(tags=["gateways"])
 session_receipts_router = Router(tags=["sessions"])
 
 
@@ -85,7 +87,7 @@ def _receipts_url(**params: Any) -> str:
 
 @router.get(
     "",
-    response={200: ReceiptPageOut, **errors(*AUTH_ERRORS, 422)},
+    response={200: ReceiptPageOut, **errors(*AUTH_ERRORS, 404, 422)},
     auth=READ,
     operation_id="list_receipts",
 )
@@ -132,7 +134,10 @@ def bulk_upsert_receipts(request: HttpRequest, payload: ReceiptBulkIn) -> HttpRe
         # Plain dicts of the stored columns (the ``ReceiptOut`` keys): validating 1,000 rows
         # back through the schema cost more than the database write.
         results = [
-            {"index": i, "receipt": {key: row.__dict__[key] for key in RECEIPT_OUT_KEYS}}
+            {
+                "index": i,
+                "receipt": {key: row.__dict__[attr] for key, attr in RECEIPT_OUT_ATTRS.items()},
+            }
             for i, row in enumerate(stored)
         ]
         return Status(200, {"count": len(results), "results": results})
@@ -324,6 +329,22 @@ def list_health(request: HttpRequest) -> dict[str, Any]:
 )
 def get_health(request: HttpRequest, agent_id: str) -> dict[str, Any]:
     return health.memory_health(normalize_agent_id(agent_id))
+
+
+# --- gateways -------------------------------------------------------------------------------
+
+
+@gateways_router.get(
+    "",
+    response={200: GatewayListOut, **errors(*AUTH_ERRORS, 404, 422)},
+    auth=READ,
+    operation_id="list_gateways",
+)
+def list_gateways(request: HttpRequest) -> dict[str, Any]:
+    """Every gateway (``?gateway=NAME``: that one): name, display name, source, OpenSquilla
+    version and schema last seen, mirror state, and at-risk counts with the filter that lists
+    each (docs/API.md, "Gateways")."""
+    return {"items": gateways.fleet()}
 
 
 # --- receipt-backed session routes ----------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Exact receipt counts per (agent, scope, status), cheap to read at any ledger size.
+"""Exact receipt counts per (gateway, agent, scope, status), cheap to read at any ledger size.
 
 The table behind them (``ReceiptCount``) is written only by the database triggers of
 ``receipts_app/ledger/triggers.py``, in the same transaction as every write to the receipts
@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError, connection, transaction
 
-from .ledger.triggers import COUNTS, T, lock_writers
+from sessions_app.gateways import DEFAULT_GATEWAY, gateway_scope
+
+from .ledger.triggers import COUNTS, KEY_COLUMNS, T, lock_writers
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +29,7 @@ logger = logging.getLogger(__name__)
 FOLD_AT = 5_000
 # Any constant shared by the folders: only one folds at a time, the others skip.
 _FOLD_LOCK = 0x05C0_0715
+_KEY = ", ".join(KEY_COLUMNS)  # gateway_id, agent_id, scope, status
 
 
 @dataclass(frozen=True)
@@ -35,25 +38,28 @@ class CountRow:
     scope: str
     status: str
     count: int
+    gateway_id: str = DEFAULT_GATEWAY
 
 
 def _read() -> tuple[list[CountRow], int]:
     with connection.cursor() as cur:
         cur.execute(
-            f"SELECT agent_id, scope, status, SUM(n), COUNT(*) FROM {COUNTS} "  # noqa: S608
-            "GROUP BY agent_id, scope, status ORDER BY agent_id, scope, status"
+            f"SELECT {_KEY}, SUM(n), COUNT(*) FROM {COUNTS} "  # noqa: S608
+            f"GROUP BY {_KEY} ORDER BY agent_id, scope, status, gateway_id"
         )
         rows = cur.fetchall()
-    counted = [CountRow(a, sc, st, int(n)) for a, sc, st, n, _ in rows if n]
-    return counted, sum(int(r[4]) for r in rows)
+    counted = [CountRow(a, sc, st, int(n), g) for g, a, sc, st, n, _ in rows if n]
+    return counted, sum(int(r[5]) for r in rows)
 
 
 def receipt_counts() -> list[CountRow]:
-    """Every (agent, scope, status) with its exact number of receipts (zero rows left out)."""
+    """Every (gateway, agent, scope, status) with its exact number of receipts (zero rows
+    left out): every gateway's, or the one an edge chose (``sessions_app.gateways``)."""
     rows, stored = _read()
     if stored > FOLD_AT:
         fold_counts()
-    return rows
+    scope = gateway_scope()
+    return rows if scope is None else [r for r in rows if r.gateway_id == scope]
 
 
 def fold_counts() -> int:
@@ -71,10 +77,10 @@ def fold_counts() -> int:
             if not cur.fetchone()[0]:
                 return 0  # another process is folding right now
             cur.execute(
-                f"WITH gone AS (DELETE FROM {COUNTS} RETURNING agent_id, scope, status, n), "  # noqa: S608
-                f"kept AS (INSERT INTO {COUNTS} (agent_id, scope, status, n) "
-                "SELECT agent_id, scope, status, SUM(n) FROM gone "
-                "GROUP BY agent_id, scope, status HAVING SUM(n) <> 0 RETURNING 1) "
+                f"WITH gone AS (DELETE FROM {COUNTS} RETURNING {_KEY}, n), "  # noqa: S608
+                f"kept AS (INSERT INTO {COUNTS} ({_KEY}, n) "
+                f"SELECT {_KEY}, SUM(n) FROM gone "
+                f"GROUP BY {_KEY} HAVING SUM(n) <> 0 RETURNING 1) "
                 "SELECT (SELECT COUNT(*) FROM gone) - (SELECT COUNT(*) FROM kept)"
             )
             return int(cur.fetchone()[0])
@@ -85,14 +91,12 @@ def fold_counts() -> int:
         return 0
 
 
-def recompute() -> dict[tuple[str, str, str], int]:
-    """The counts straight from the receipts table (a full scan: for checks, not pages)."""
+def recompute() -> dict[tuple[str, str, str, str], int]:
+    """The counts straight from the receipts table (a full scan: for checks, not pages),
+    keyed (agent, scope, status, gateway)."""
     with connection.cursor() as cur:
-        cur.execute(
-            f"SELECT agent_id, scope, status, COUNT(*) FROM {T} "  # noqa: S608
-            "GROUP BY agent_id, scope, status"
-        )
-        return {(a, sc, st): int(n) for a, sc, st, n in cur.fetchall()}
+        cur.execute(f"SELECT {_KEY}, COUNT(*) FROM {T} GROUP BY {_KEY}")  # noqa: S608
+        return {(a, sc, st, g): int(n) for g, a, sc, st, n in cur.fetchall()}
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,7 @@ class Drift:
     agent_id: str
     scope: str
     status: str
+    gateway_id: str
     stored: int
     actual: int
 
@@ -111,7 +116,7 @@ def find_drift() -> list[Drift]:
         if snapshot:  # both reads see one snapshot (SQLite's transaction already does)
             with connection.cursor() as cur:
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        stored = {(r.agent_id, r.scope, r.status): r.count for r in _read()[0]}
+        stored = {(r.agent_id, r.scope, r.status, r.gateway_id): r.count for r in _read()[0]}
         actual = recompute()
     return [
         Drift(*key, stored=stored.get(key, 0), actual=actual.get(key, 0))
@@ -127,8 +132,8 @@ def rebuild_counts() -> None:
             cur.execute(sql)
         cur.execute(f"DELETE FROM {COUNTS}")  # noqa: S608
         cur.execute(
-            f"INSERT INTO {COUNTS} (agent_id, scope, status, n) "  # noqa: S608
-            f"SELECT agent_id, scope, status, COUNT(*) FROM {T} GROUP BY agent_id, scope, status"
+            f"INSERT INTO {COUNTS} ({_KEY}, n) "  # noqa: S608
+            f"SELECT {_KEY}, COUNT(*) FROM {T} GROUP BY {_KEY}"
         )
 
 
@@ -141,12 +146,16 @@ def per_status(
     agent: str | None = None,
     scopes: Iterable[str] = (),
     statuses: Iterable[str] = (),
+    gateway: str | None = None,
 ) -> dict[str, int]:
-    """Exact receipts per status among ``rows`` matching the agent, scopes and statuses."""
+    """Exact receipts per status among ``rows`` matching the agent, scopes, statuses and
+    gateway (every gateway when None)."""
     scope_set, status_set = set(scopes), set(statuses)
     out: dict[str, int] = {}
     for row in rows:
         if agent is not None and row.agent_id != agent:
+            continue
+        if gateway is not None and row.gateway_id != gateway:
             continue
         if scope_set and row.scope not in scope_set:
             continue
@@ -157,8 +166,9 @@ def per_status(
 
 
 def per_column(rows: Iterable[CountRow], column: str) -> list[tuple[str, int]]:
-    """``(value, count)`` per distinct ``column`` (scope, agent_id or status), largest first."""
-    if column not in {"scope", "agent_id", "status"}:
+    """``(value, count)`` per distinct ``column`` (scope, agent_id, status or gateway_id),
+    largest first."""
+    if column not in {"scope", "agent_id", "status", "gateway_id"}:
         raise ValueError(f"cannot group receipts by {column!r}")
     totals: dict[str, int] = {}
     for row in rows:

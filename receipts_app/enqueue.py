@@ -33,6 +33,7 @@ from django.db.models import Q
 
 from opensquilla_site.celery import app
 from opensquilla_site.timeutil import now_ms
+from sessions_app.gateways import DEFAULT_GATEWAY, current_gateway
 
 from . import task_limits
 from .models import OutboxMessage
@@ -227,16 +228,30 @@ def resend_lost(now: int | None = None) -> list[str]:
 # --- the messages ----------------------------------------------------------------------------
 
 
+def _gateway_kwargs(gateway: str | None) -> dict[str, str]:
+    """The session's gateway (default: the current one), named only when it is not ``local``,
+    so a single-gateway deployment's messages read exactly as before."""
+    name = gateway or current_gateway()
+    return {} if name == DEFAULT_GATEWAY else {"gateway": name}
+
+
 def checkpoint_message(
-    session_key: str, *, turn_id: str | None = None, requeue_of: str | None = None, source: str
+    session_key: str,
+    *,
+    turn_id: str | None = None,
+    requeue_of: str | None = None,
+    source: str,
+    gateway: str | None = None,
 ) -> Message:
     """Take a checkpoint of the live transcript; with ``requeue_of``, retake that failed one."""
     kwargs = {"turn_id": turn_id, "requeue_of": requeue_of, "source": source}
-    return (CHECKPOINT_SESSION, (session_key,), kwargs)
+    return (CHECKPOINT_SESSION, (session_key,), {**kwargs, **_gateway_kwargs(gateway)})
 
 
-def flush_message(session_key: str, *, turn_id: str | None = None) -> Message:
-    return (FLUSH_SESSION, (session_key,), {"turn_id": turn_id})
+def flush_message(
+    session_key: str, *, turn_id: str | None = None, gateway: str | None = None
+) -> Message:
+    return (FLUSH_SESSION, (session_key,), {"turn_id": turn_id, **_gateway_kwargs(gateway)})
 
 
 def repair_message(receipt_id: str) -> Message:

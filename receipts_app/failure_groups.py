@@ -1,8 +1,9 @@
 """Failure groups over the whole ledger, kept up to date as failures arrive.
 
 A group is every receipt at risk (``statuses.AT_RISK_STATUSES``: the failures, and requeued
-checkpoints until recovered) with the same agent, scope, status and reason fingerprint (the
-reason with ids, session keys, paths, hex digests and numbers masked). The receipts table's
+checkpoints until recovered) with the same gateway, agent, scope, status and reason fingerprint
+(the reason with ids, session keys, paths, hex digests and numbers masked): two gateways'
+failures never share a group, as they never share a count. The receipts table's
 triggers append each row entering (+1) or leaving (-1) an at-risk status to
 ``FailureInbox`` in the writer's transaction; :func:`fold_failure_inbox` turns those entries
 into group memberships (``FailureGroupMember``, one row per failed receipt, naming its group)
@@ -89,7 +90,7 @@ def _reason_sql(column: str = "reason") -> str:
     return f"SUBSTR({column}, 1, {FINGERPRINT_INPUT_CHARS})"
 
 
-GroupKey = tuple[str, str, str, str]  # (agent_id, scope, status, fingerprint)
+GroupKey = tuple[str, str, str, str, str]  # (gateway_id, agent_id, scope, status, fingerprint)
 
 
 @dataclass
@@ -111,10 +112,10 @@ class _Change:
 
 
 _APPLY = (
-    f"INSERT INTO {GROUPS} AS g (agent_id, scope, status, fingerprint, count, first_seen, "
-    "last_seen, sample_receipt_id) "
-    "VALUES (%s, %s, %s, %s, %s, COALESCE(%s, 0), COALESCE(%s, 0), %s) "
-    "ON CONFLICT (agent_id, scope, status, fingerprint) DO UPDATE SET "
+    f"INSERT INTO {GROUPS} AS g (gateway_id, agent_id, scope, status, fingerprint, count, "
+    "first_seen, last_seen, sample_receipt_id) "
+    "VALUES (%s, %s, %s, %s, %s, %s, COALESCE(%s, 0), COALESCE(%s, 0), %s) "
+    "ON CONFLICT (gateway_id, agent_id, scope, status, fingerprint) DO UPDATE SET "
     "count = g.count + excluded.count, "
     # A group that had dropped to zero starts its span again from its new arrivals.
     "first_seen = CASE WHEN %s IS NULL THEN g.first_seen "
@@ -128,8 +129,8 @@ _APPLY = (
     "ELSE g.sample_receipt_id END"
 )
 _INSERT_MEMBER = (
-    f"INSERT INTO {MEMBERS} (receipt_id, agent_id, scope, status, fingerprint, created_at) "
-    "VALUES (%s, %s, %s, %s, %s, %s)"
+    f"INSERT INTO {MEMBERS} (receipt_id, gateway_id, agent_id, scope, status, fingerprint, "
+    "created_at) VALUES (%s, %s, %s, %s, %s, %s, %s)"
 )
 _CHUNK = 500
 
@@ -165,23 +166,27 @@ def _members_of(cur, receipt_ids: Sequence[str]) -> dict[str, GroupKey]:
     out: dict[str, GroupKey] = {}
     for chunk in _chunks(receipt_ids):
         cur.execute(
-            f"SELECT receipt_id, agent_id, scope, status, fingerprint FROM {MEMBERS} "
+            f"SELECT receipt_id, gateway_id, agent_id, scope, status, fingerprint FROM {MEMBERS} "
             f"WHERE receipt_id IN ({_marks(len(chunk))})",
             list(chunk),
         )
-        for rid, *key in cur.fetchall():
-            out[rid] = (key[0], key[1], key[2], key[3])
+        for rid, gateway, agent, scope, status, fingerprint in cur.fetchall():
+            out[rid] = (gateway, agent, scope, status, fingerprint)
     return out
 
 
-def _agents_of(cur, receipt_ids: Sequence[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
+def _owners_of(cur, receipt_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """``receipt_id -> (gateway_id, agent_id)`` of the receipts still in the table (receipt
+    ids are unique across gateways)."""
+    out: dict[str, tuple[str, str]] = {}
     for chunk in _chunks(receipt_ids):
         cur.execute(
-            f"SELECT receipt_id, agent_id FROM {T} WHERE receipt_id IN ({_marks(len(chunk))})",
+            f"SELECT receipt_id, gateway_id, agent_id FROM {T} "
+            f"WHERE receipt_id IN ({_marks(len(chunk))})",
             list(chunk),
         )
-        out.update(cur.fetchall())
+        for rid, gateway, agent in cur.fetchall():
+            out[rid] = (gateway, agent or "")
     return out
 
 
@@ -215,16 +220,17 @@ def fold_failure_inbox(batch: int = FOLD_BATCH, *, wait: bool = False) -> int:
             last[receipt_id] = (scope, status, reason, int(created_at), int(sign))
         ids = list(last)
         before = _members_of(cur, ids)
-        # The agent of a receipt that is failing now; gone (deleted since): a leave follows.
-        agents = _agents_of(cur, [rid for rid, entry in last.items() if entry[4] > 0])
+        # The gateway and agent of a receipt that is failing now; gone (deleted since): a
+        # leave follows.
+        owners = _owners_of(cur, [rid for rid, entry in last.items() if entry[4] > 0])
         changes: dict[GroupKey, _Change] = {}
         leaving: list[str] = []
-        joining: list[tuple[str, str, str, str, str, int]] = []
+        joining: list[tuple[str, str, str, str, str, str, int]] = []
         for rid, (scope, status, reason, created_at, sign) in last.items():
             old = before.get(rid)
             new: GroupKey | None = None
-            if sign > 0 and rid in agents:
-                new = (agents[rid] or "", scope, status, fingerprint_reason(reason))
+            if sign > 0 and rid in owners:
+                new = (*owners[rid], scope, status, fingerprint_reason(reason))
             if old == new:
                 continue
             if old is not None:
@@ -253,7 +259,8 @@ def fold_all(batch: int = FOLD_BATCH, *, wait: bool = False) -> int:
 
 def _failed_rows_sql() -> str:
     return (
-        f"SELECT receipt_id, agent_id, scope, status, {_reason_sql()}, created_at FROM {T} "
+        f"SELECT receipt_id, gateway_id, agent_id, scope, status, {_reason_sql()}, created_at "
+        f"FROM {T} "
         f"WHERE status IN ({_marks(len(AT_RISK_STATUSES))}) ORDER BY id"
     )
 
@@ -264,8 +271,8 @@ def recompute() -> dict[GroupKey, int]:
     with connection.cursor() as cur:
         cur.execute(_failed_rows_sql(), list(AT_RISK_STATUSES))
         while chunk := cur.fetchmany(5_000):
-            for _rid, agent, scope, status, reason, _created in chunk:
-                key = (agent or "", scope, status, fingerprint_reason(reason))
+            for _rid, gateway, agent, scope, status, reason, _created in chunk:
+                key = (gateway, agent or "", scope, status, fingerprint_reason(reason))
                 counts[key] = counts.get(key, 0) + 1
     return counts
 
@@ -273,9 +280,10 @@ def recompute() -> dict[GroupKey, int]:
 def stored() -> dict[GroupKey, int]:
     with connection.cursor() as cur:
         cur.execute(
-            f"SELECT agent_id, scope, status, fingerprint, count FROM {GROUPS} WHERE count <> 0"
+            f"SELECT gateway_id, agent_id, scope, status, fingerprint, count FROM {GROUPS} "
+            "WHERE count <> 0"
         )
-        return {(a, sc, st, fp): int(n) for a, sc, st, fp, n in cur.fetchall()}
+        return {(g, a, sc, st, fp): int(n) for g, a, sc, st, fp, n in cur.fetchall()}
 
 
 def rebuild_groups() -> None:
@@ -291,8 +299,8 @@ def rebuild_groups() -> None:
         rows = cur.fetchall()
         changes: dict[GroupKey, _Change] = {}
         members = []
-        for rid, agent, scope, status, reason, created_at in rows:
-            key = (agent or "", scope, status, fingerprint_reason(reason))
+        for rid, gateway, agent, scope, status, reason, created_at in rows:
+            key = (gateway, agent or "", scope, status, fingerprint_reason(reason))
             changes.setdefault(key, _Change()).join(rid, int(created_at))
             members.append((rid, *key, int(created_at)))
         for start in range(0, len(members), 5_000):

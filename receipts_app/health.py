@@ -23,6 +23,9 @@ the link a page builds from its filter cannot disagree.
 Counts are exact and come from the counts table (``receipts_app.counts``); the rest (the
 oldest queued row, the at-risk samples, the hash-mismatch window) is one statement for every
 agent of ``health_by_agent`` together, so the overview's query count does not grow with agents.
+
+Health covers every gateway, or the one an edge chose (``sessions_app.gateways``): the counts,
+the rows read and each count's filter then name that gateway.
 """
 
 # Every interpolated name is a table or status constant; values are bound parameters.
@@ -37,6 +40,7 @@ from typing import Any
 from django.db import connection
 
 from opensquilla_site import timeutil
+from sessions_app.gateways import gateway_scope
 from sessions_app.keys import agent_prefix, normalize_agent_id
 
 from .counts import CountRow, receipt_counts
@@ -83,7 +87,16 @@ _HASH_MISMATCH_SQL = hash_mismatch_predicate()
 
 
 def _filter(agent_id: str | None, statuses: tuple[str, ...]) -> ReceiptFilter:
-    return ReceiptFilter(agent=agent_id or None, statuses=statuses)
+    return ReceiptFilter(agent=agent_id or None, statuses=statuses, gateway=gateway_scope())
+
+
+def _scope_sql() -> str:
+    return "" if gateway_scope() is None else "gateway_id = %s AND "
+
+
+def _scope_params() -> list[Any]:
+    scope = gateway_scope()
+    return [] if scope is None else [scope]
 
 
 @dataclass
@@ -125,13 +138,15 @@ def _window_sql(agent: str | None, gated: bool) -> str:
     """
     columns = "receipt_id, status, reason, created_at, id, session_key"
     where, limit = _gate(agent) if gated else ("", str(SAMPLE_LIMIT))
+    scope = _scope_sql()
     if agent is None:
         return (
-            f"SELECT {columns} FROM {T} WHERE 1 = 1{where} "
+            f"SELECT {columns} FROM {T} WHERE {scope}1 = 1{where} "
             f"ORDER BY created_at DESC, id DESC LIMIT {limit}"
         )
     return (
-        f"SELECT {columns} FROM {T} WHERE agent_id = %s AND session_key NOT LIKE 'subagent:%%'"
+        f"SELECT {columns} FROM {T} WHERE {scope}agent_id = %s "
+        f"AND session_key NOT LIKE 'subagent:%%'"
         f"{where} ORDER BY agent_id DESC, created_at DESC, id DESC LIMIT {limit}"
     )
 
@@ -154,13 +169,13 @@ def _any_mismatch_sql(agent: str | None) -> str:
     partial index ``idx_mdr_hash_mismatch``, which holds only such rows. Uncorrelated, so both
     planners evaluate it once, before the window's scan, and skip the scan when it is false."""
     agent_where = "" if agent is None else "agent_id = %s AND "
-    return f"EXISTS (SELECT 1 FROM {T} WHERE {agent_where}{_HASH_MISMATCH_SQL})"
+    return f"EXISTS (SELECT 1 FROM {T} WHERE {_scope_sql()}{agent_where}{_HASH_MISMATCH_SQL})"
 
 
 def _window_params(agent: str | None, gated: bool) -> list[Any]:
-    if agent is None:
-        return []
-    return [agent, agent] if gated else [agent]
+    # The same terms twice when gated: the window's WHERE, then the gate's EXISTS.
+    once = [*_scope_params(), *([] if agent is None else [agent])]
+    return once + once if gated else once
 
 
 def _in_prefix(agent: str | None) -> str:
@@ -212,19 +227,21 @@ def _read_samples(
             agent_where = "" if agent is None else "agent_id = %s AND "
             parts.append(
                 "SELECT 's', %s, receipt_id, created_at, id FROM ("
-                f"SELECT receipt_id, created_at, id FROM {T} WHERE {agent_where}"
+                f"SELECT receipt_id, created_at, id FROM {T} WHERE {_scope_sql()}{agent_where}"
                 f"status IN {_in(MEMORY_SAFETY_ERROR_STATUSES)} "
                 f"ORDER BY created_at, id LIMIT {SAMPLE_IDS}) AS s{index}"
             )
-            params += [index] + ([] if agent is None else [agent])
-        for row in mine:
-            if row.status in REPAIR_QUEUE_STATUSES:
-                parts.append(
-                    "SELECT 'q', %s, NULL, "
-                    f"(SELECT MIN(created_at) FROM {T} WHERE agent_id = %s AND status = %s), "
-                    "CAST(NULL AS BIGINT)"
-                )
-                params += [index, row.agent_id, row.status]
+            params += [index, *_scope_params()] + ([] if agent is None else [agent])
+        # One probe per (agent, queued status), however many gateways the counts split it in.
+        for agent_id, status in sorted(
+            {(r.agent_id, r.status) for r in mine if r.status in REPAIR_QUEUE_STATUSES}
+        ):
+            parts.append(
+                "SELECT 'q', %s, NULL, "
+                f"(SELECT MIN(created_at) FROM {T} WHERE {_scope_sql()}agent_id = %s "
+                "AND status = %s), CAST(NULL AS BIGINT)"
+            )
+            params += [index, *_scope_params(), agent_id, status]
     with connection.cursor() as cur:
         cur.execute(f"WITH {', '.join(ctes)} " + " UNION ALL ".join(parts), [*cte_params, *params])
         for kind, idx, receipt_id, number, row_id in cur.fetchall():

@@ -15,6 +15,7 @@ from django.db.models.functions import Coalesce
 
 from opensquilla_site.acting import SURFACES as ACTING_SURFACES
 from opensquilla_site.timeutil import now_ms
+from sessions_app.gateways import GatewayManager, GatewayQuerySet, gateway_field
 
 from .statuses import REPAIR_QUEUE_STATUSES
 
@@ -23,7 +24,7 @@ def new_receipt_id() -> str:
     return str(uuid.uuid4())
 
 
-class ReceiptQuerySet(models.QuerySet["MemoryDurableReceipt"]):
+class ReceiptQuerySet(GatewayQuerySet["MemoryDurableReceipt"]):
     def newest_first(self) -> ReceiptQuerySet:
         return self.order_by("-created_at", "-id")
 
@@ -31,6 +32,7 @@ class ReceiptQuerySet(models.QuerySet["MemoryDurableReceipt"]):
         """The columns the receipts table shows; the wide text columns stay on the server."""
         return self.only(
             "id",
+            "gateway_id",
             "receipt_id",
             "session_key",
             "session_id",
@@ -49,6 +51,9 @@ class MemoryDurableReceipt(models.Model):
     # ``id`` is the insertion order, standing in for SQLite's rowid in every
     # "created_at, rowid" ordering of the reference implementation.
     id = models.BigAutoField(primary_key=True)
+    # The gateway the receipt belongs to (sessions_app.gateways). ``receipt_id`` stays unique
+    # across gateways, so /receipts/<id> addresses any of them.
+    gateway = gateway_field()
     receipt_id = models.CharField(max_length=128, unique=True, default=new_receipt_id)
     session_key = models.TextField()
     session_id = models.TextField()
@@ -74,7 +79,7 @@ class MemoryDurableReceipt(models.Model):
     # Set by the requeue engine: the saved receipt that recovered or superseded this one.
     resolved_by_receipt_id = models.CharField(max_length=128, null=True, blank=True)
 
-    objects = ReceiptQuerySet.as_manager()
+    objects = GatewayManager.from_queryset(ReceiptQuerySet)()
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -82,13 +87,14 @@ class MemoryDurableReceipt(models.Model):
             ("operate_receipts", "Can requeue, acknowledge and trigger checkpoints and flushes"),
         ]
         constraints = [
+            # An idempotency key is unique within its gateway.
             models.UniqueConstraint(
-                fields=["idempotency_key"], name="receipt_idempotency_key_uniq"
+                fields=["gateway", "idempotency_key"], name="receipt_gateway_idempotency_uniq"
             ),
         ]
         # Every index names who needs it (docs/PERFORMANCE.md, "Index audit"); each one costs
         # every write. Besides these: the primary key, receipt_id (unique: detail page, update,
-        # claim) and idempotency_key (unique: the upsert's conflict target).
+        # claim) and (gateway, idempotency_key) (unique: the upsert's conflict target).
         indexes = [
             # Per-session reads by status, oldest first (the upstream API's list by session and
             # status, session pages). Kept beside idx_mdr_coverage: without it SQLite's planner
@@ -235,7 +241,8 @@ class RequeuePlan(models.Model):
 
 
 class ReceiptCount(models.Model):
-    """Receipts per (agent, scope, status), kept by database triggers on the receipts table.
+    """Receipts per (gateway, agent, scope, status), kept by database triggers on the receipts
+    table.
 
     Every write path (the ledger, the ORM, raw SQL, COPY, cascades) goes through the triggers
     created in migration 0007, in the writer's own transaction, so the sum is exact.
@@ -246,6 +253,8 @@ class ReceiptCount(models.Model):
     """
 
     id = models.BigAutoField(primary_key=True)
+    # Written by the triggers only: a plain column (no foreign key) so a trigger never checks one.
+    gateway_id = models.CharField(max_length=64, default="local")
     agent_id = models.CharField(max_length=64)
     scope = models.CharField(max_length=64)
     status = models.CharField(max_length=64)
@@ -277,10 +286,13 @@ class FailureInbox(models.Model):
 
 
 class FailureGroupCount(models.Model):
-    """Failed receipts per (agent, scope, status, reason fingerprint), over the whole ledger:
-    the number of its :class:`FailureGroupMember` rows, kept by ``receipts_app.failure_groups``."""
+    """Failed receipts per (gateway, agent, scope, status, reason fingerprint), over the whole
+    ledger: the number of its :class:`FailureGroupMember` rows, kept by
+    ``receipts_app.failure_groups``."""
 
     id = models.BigAutoField(primary_key=True)
+    # The gateway's name, as in ReceiptCount (written by the fold, never through a relation).
+    gateway_id = models.CharField(max_length=64, default="local")
     agent_id = models.CharField(max_length=64, default="", blank=True)
     scope = models.CharField(max_length=64)
     status = models.CharField(max_length=64)
@@ -293,7 +305,7 @@ class FailureGroupCount(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["agent_id", "scope", "status", "fingerprint"],
+                fields=["gateway_id", "agent_id", "scope", "status", "fingerprint"],
                 name="failure_group_key_uniq",
             ),
         ]
@@ -309,6 +321,7 @@ class FailureGroupMember(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     receipt_id = models.CharField(max_length=128, unique=True)
+    gateway_id = models.CharField(max_length=64, default="local")
     agent_id = models.CharField(max_length=64, default="", blank=True)
     scope = models.CharField(max_length=64)
     status = models.CharField(max_length=64)
@@ -318,7 +331,7 @@ class FailureGroupMember(models.Model):
     class Meta:
         indexes = [
             models.Index(
-                fields=["fingerprint", "agent_id", "scope", "status", "id"],
+                fields=["fingerprint", "agent_id", "scope", "status", "gateway_id", "id"],
                 name="idx_failure_member_group",
             )
         ]

@@ -37,6 +37,7 @@ from django.db.models import Q
 
 from opensquilla_site.timeutil import now_ms as wall_clock_ms
 from sessions_app.compactions import CompactionSource
+from sessions_app.gateways import using_gateway
 from sessions_app.keys import DEFAULT_AGENT_ID, agent_prefix, normalize_agent_id
 from sessions_app.models import Session
 
@@ -538,7 +539,8 @@ def duplicate_legacy_repairs() -> list[MemoryDurableReceipt]:
     shared workspace. Of the rows referring to one archive, the one kept is the flush's own
     (any row that is not a legacy import), else the legacy row of the agent the archive
     belongs to, else the oldest; the others are duplicates. In per-agent workspaces equal
-    paths are different files, so nothing is a duplicate there.
+    paths are different files, so nothing is a duplicate there; nor are equal paths of two
+    gateways (each gateway's workspace is on its own host).
     """
     if not shared_memory_workspace():
         return []
@@ -551,14 +553,14 @@ def duplicate_legacy_repairs() -> list[MemoryDurableReceipt]:
     duplicates: list[MemoryDurableReceipt] = []
     for start in range(0, len(paths), 500):
         chunk = paths[start : start + 500]
-        by_path: dict[str, list[MemoryDurableReceipt]] = {}
+        by_path: dict[tuple[str, str], list[MemoryDurableReceipt]] = {}
         for row in MemoryDurableReceipt.objects.filter(
             Q(source_path__in=chunk) | Q(target_path__in=chunk)
         ).order_by("id"):
             for path in {row.source_path, row.target_path} & set(chunk):
                 if path:
-                    by_path.setdefault(path, []).append(row)
-        for path, rows in by_path.items():
+                    by_path.setdefault((str(row.gateway_id), path), []).append(row)
+        for (_gateway, path), rows in by_path.items():
             legacy_rows = [r for r in rows if _is_legacy_row(r)]
             if len(rows) < 2 or not legacy_rows:
                 continue
@@ -753,11 +755,13 @@ def _repair_compactions(
     for summary in summaries:
         if flush_service is None:
             flush_service = build_repair_flush_service()
-        results.append(
-            repair_compaction_source(
-                summary, source=source, flush_service=flush_service, agent_id=agent
+        # The flush writes the receipts of the summary's own gateway.
+        with using_gateway(getattr(summary, "gateway_id", None)):
+            results.append(
+                repair_compaction_source(
+                    summary, source=source, flush_service=flush_service, agent_id=agent
+                )
             )
-        )
     return results
 
 
@@ -839,9 +843,12 @@ def run_memory_repair_once(
                 continue
             if service is None:
                 service = build_repair_flush_service()
-            result = repair_durable_receipt_source(
-                row, memory_root=root, flush_service=service, now_ms=now, agent_id=agent
-            )
+            with using_gateway(
+                row.gateway_id
+            ):  # the queue spans gateways; each row acts in its own
+                result = repair_durable_receipt_source(
+                    row, memory_root=root, flush_service=service, now_ms=now, agent_id=agent
+                )
             if result.get("reason") == "repair_already_claimed":
                 continue
             results.append(result)
@@ -969,10 +976,11 @@ def repair_one(receipt_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
                 "status": "failed_retryable",
                 "reason": "memory_root_unavailable",
             }
-        return repair_durable_receipt_source(
-            row,
-            memory_root=root,
-            flush_service=build_repair_flush_service(),
-            now_ms=now,
-            agent_id=agent,
-        )
+        with using_gateway(row.gateway_id):
+            return repair_durable_receipt_source(
+                row,
+                memory_root=root,
+                flush_service=build_repair_flush_service(),
+                now_ms=now,
+                agent_id=agent,
+            )

@@ -52,10 +52,24 @@ NOT_NULL_COLUMNS = (
 FilterText = Annotated[str, Field(max_length=4000), AfterValidator(clean_text)]
 
 
+def gateway_name(obj: Any) -> str:
+    """The row's gateway name, read from its column (``gateway_id``: no query per row)."""
+    if isinstance(obj, dict):
+        return str(obj.get("gateway") or obj.get("gateway_id") or "local")
+    # A model row has the column; a schema already built from one has the field.
+    return str(getattr(obj, "gateway_id", None) or obj.gateway)
+
+
 class ReceiptOut(ModelSchema):
+    gateway: str  # the gateway the receipt belongs to (sessions_app.gateways)
+
     class Meta:
         model = MemoryDurableReceipt
         fields = RECEIPT_FIELDS
+
+    @staticmethod
+    def resolve_gateway(obj: Any) -> str:
+        return gateway_name(obj)
 
 
 class ReceiptPageOut(Schema):
@@ -168,6 +182,10 @@ class BulkOut(Schema):
 
 # The keys of one ``ReceiptOut``, in its order: the bulk endpoint renders rows straight to JSON.
 RECEIPT_OUT_KEYS: tuple[str, ...] = tuple(ReceiptOut.model_fields)
+# Where each key is on a stored row (the gateway is its ``gateway_id``).
+RECEIPT_OUT_ATTRS: dict[str, str] = {
+    k: "gateway_id" if k == "gateway" else k for k in RECEIPT_OUT_KEYS
+}
 
 
 class ReceiptPatchIn(_ReceiptColumns):
@@ -381,3 +399,33 @@ class HealthListOut(Schema):
     items: list[HealthOut]
     # The live OpenSquilla mirror, one entry per followed source (empty when none): docs/MIRROR.md.
     mirror: list[MirrorStateOut] = []
+
+
+class AtRiskCountOut(Schema):
+    count: int
+    # ReceiptFilter params (GET /receipts) that list exactly the rows counted.
+    filter: dict[str, Any]
+
+
+class GatewayAtRiskOut(Schema):
+    # Memory at risk: the product's one definition (statuses.AT_RISK_STATUSES).
+    memory_at_risk: AtRiskCountOut
+    memory_safety_errors: AtRiskCountOut
+    repair_backlog: AtRiskCountOut
+    terminal_repairs: AtRiskCountOut
+
+
+class GatewayOut(Schema):
+    name: str
+    display_name: str
+    source: str
+    opensquilla_version: str
+    schema_version: str
+    last_seen_at: int | None
+    receipts: int
+    at_risk: GatewayAtRiskOut
+    mirror: list[MirrorStateOut]
+
+
+class GatewayListOut(Schema):
+    items: list[GatewayOut]

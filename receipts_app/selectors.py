@@ -18,6 +18,7 @@ from django.db.models import QuerySet
 from opensquilla_site.exceptions import ValidationFailed
 from opensquilla_site.pagination import MAX_PAGE_SIZE, Page, keyset_page
 from opensquilla_site.timeutil import now_ms
+from sessions_app.gateways import GatewayNameError, using_gateway, validate_gateway_name
 from sessions_app.keys import canonicalize_session_key, normalize_agent_id
 from sessions_app.models import Session
 from sessions_app.services import get_transcript
@@ -154,6 +155,7 @@ RECEIPT_FILTER_FIELDS: tuple[FilterField, ...] = (
     FilterField("attempts_max", "count", "maximum attempt_count"),
     FilterField("due", "flag", "true: due for the repair worker now; false: waiting"),
     FilterField("receipt_id", "many", "a receipt id (repeat or comma-separate)"),
+    FilterField("gateway", "text", "gateway name (a slug); every gateway when absent", 64),
     FilterField(
         "fingerprint",
         "text",
@@ -183,6 +185,8 @@ class ReceiptFilter:
     attempts_max: int | None = None
     due: bool | None = None
     receipt_ids: tuple[str, ...] = field(default=())
+    # Every gateway when None (sessions_app.gateways: an edge may still have chosen one).
+    gateway: str | None = None
     # A failure group's fingerprint ("" is the group of receipts without a reason).
     fingerprint: str | None = None
 
@@ -236,6 +240,13 @@ class ReceiptFilter:
         scopes = tuple(dict.fromkeys(many("scope")))
         agent = text("agent")
         session_key = text("session_key")
+        gateway = text("gateway")
+        if gateway is not None and "gateway" not in errors:
+            try:
+                validate_gateway_name(gateway)
+            except GatewayNameError as exc:
+                errors["gateway"] = str(exc)
+                gateway = None
         result = cls(
             statuses=statuses,
             scopes=scopes,
@@ -253,6 +264,7 @@ class ReceiptFilter:
             attempts_max=_as_int("attempts_max", params.get("attempts_max"), errors),
             due=_as_bool("due", params.get("due"), errors),
             receipt_ids=tuple(dict.fromkeys(many("receipt_id")))[: MAX_PAGE_SIZE * 2],
+            gateway=gateway,
             fingerprint=_fingerprint(params.get("fingerprint"), errors),
         )
         if errors:
@@ -294,8 +306,8 @@ class ReceiptFilter:
 def filter_receipts(
     receipt_filter: ReceiptFilter, *, now: int | None = None
 ) -> QuerySet[MemoryDurableReceipt]:
-    qs: QuerySet[MemoryDurableReceipt] = MemoryDurableReceipt.objects.all()
     f = receipt_filter
+    qs: QuerySet[MemoryDurableReceipt] = MemoryDurableReceipt.objects.of_gateway(f.gateway)
     if f.statuses:
         qs = qs.filter(status__in=f.statuses)
     if f.scopes:
@@ -372,7 +384,7 @@ def capped_counts(querysets: Mapping[str, QuerySet[Any]], cap: int = COUNT_CAP) 
 
 
 # Filter fields the counts table can answer exactly; any other criterion needs a capped count.
-_COUNTED_FIELDS = frozenset({"statuses", "scopes", "agent"})
+_COUNTED_FIELDS = frozenset({"statuses", "scopes", "agent", "gateway"})
 
 
 @dataclass(frozen=True)
@@ -393,7 +405,9 @@ def tab_counts(receipt_filter: ReceiptFilter, cap: int = COUNT_CAP) -> TabCounts
     f = receipt_filter
     used = {x.name for x in fields(f) if getattr(f, x.name) not in (None, ())}
     if used <= _COUNTED_FIELDS:
-        per = counts.per_status(counts.receipt_counts(), agent=f.agent, scopes=f.scopes)
+        per = counts.per_status(
+            counts.receipt_counts(), agent=f.agent, scopes=f.scopes, gateway=f.gateway
+        )
         wanted = f.statuses or tuple(per)
         return TabCounts(per, sum(per.get(s, 0) for s in wanted), exact=True)
     base = filter_receipts(f.with_statuses())
@@ -420,6 +434,11 @@ def current_checkpoint_coverage(session: Session) -> tuple[MemoryDurableReceipt 
     This is upstream's exact coverage lookup (docs/UPSTREAM.md#what-gates-destructive-operations): same generation, same coverage
     triple, ``checkpoint_saved``. A checkpoint taken before later messages does not count.
     """
+    with using_gateway(session.gateway_id):
+        return _coverage(session)
+
+
+def _coverage(session: Session) -> tuple[MemoryDurableReceipt | None, int]:
     entries = get_transcript(session.session_id)
     if not entries:
         return None, 0

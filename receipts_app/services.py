@@ -43,7 +43,7 @@ def _live_session(session_key: str) -> Session:
 
 
 def _has_transcript(session: Session) -> bool:
-    return TranscriptEntry.objects.filter(session_id=session.session_id).exists()
+    return TranscriptEntry.objects.here().filter(session_id=session.session_id).exists()
 
 
 def queue_checkpoint(*, session_key: str, actor: Actor, turn_id: str | None = None) -> str:
@@ -161,8 +161,8 @@ def flush_now(*, session_key: str, actor: Actor) -> tuple[Any, list[MemoryDurabl
     with audit.acting_as(actor):
         outcome = flush_runtime.flush_session(session.session_key)
     written = list(
-        MemoryDurableReceipt.objects.filter(
-            session_key=session.session_key, updated_at__gte=started
-        ).order_by("created_at", "id")[:100]
+        MemoryDurableReceipt.objects.here()
+        .filter(session_key=session.session_key, updated_at__gte=started)
+        .order_by("created_at", "id")[:100]
     )
     return outcome, written

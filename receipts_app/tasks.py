@@ -24,6 +24,7 @@ from django.db import InterfaceError, OperationalError
 
 from opensquilla_site import timeutil
 from receipts_app import task_limits
+from sessions_app.gateways import using_gateway
 
 from . import audit, enqueue, flush_runtime, repair, requeue, services
 from .checkpoint import DEFAULT_SOURCE
@@ -82,10 +83,12 @@ def checkpoint_session(
     turn_id: str | None = None,
     requeue_of: str | None = None,
     source: str = DEFAULT_SOURCE,
+    gateway: str | None = None,
 ) -> dict[str, Any]:
     if requeue_of:
         return requeue.retake_checkpoint(requeue_of, turn_id=turn_id, source=source)
-    return services.take_checkpoint(session_key=session_key, turn_id=turn_id, source=source)
+    with using_gateway(gateway):
+        return services.take_checkpoint(session_key=session_key, turn_id=turn_id, source=source)
 
 
 @shared_task(
@@ -94,10 +97,10 @@ def checkpoint_session(
     time_limit=task_limits.FLUSH.hard,
     **_RETRY,
 )
-def flush_session(session_key: str, turn_id: str | None = None) -> Any:
+def flush_session(session_key: str, turn_id: str | None = None, gateway: str | None = None) -> Any:
     try:
         # Ledger rows written by the flush are attributed to the worker, like checkpoints.
-        with audit.acting_as(audit.WORKER):
+        with audit.acting_as(audit.WORKER), using_gateway(gateway):
             return _jsonable(flush_runtime.flush_session(session_key, turn_id=turn_id))
     except (KeyError, ValueError) as exc:
         # Session gone or nothing to flush: retrying cannot help, so report and stop.

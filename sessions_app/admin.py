@@ -20,19 +20,59 @@ from opensquilla_site.acting import Actor, acting_as
 from opensquilla_site.admin_dates import ShowOnlyAdmin, with_dates
 
 from . import services
-from .models import CompactedTranscriptEntry, CompactionSummary, Session, TranscriptEntry
+from .gateways import using_gateway
+from .models import CompactedTranscriptEntry, CompactionSummary, Gateway, Session, TranscriptEntry
 
 
 def _admin_actor(request: HttpRequest) -> Actor:
     return Actor(name=request.user.get_username(), surface="admin")
 
 
+@admin.register(Gateway)
+class GatewayAdmin(admin.ModelAdmin):
+    """Gateways are created by imports and followers; only the display name is edited here."""
+
+    list_display = with_dates(
+        Gateway, ("name", "display_name", "opensquilla_version", "schema_version", "last_seen_at")
+    )
+    search_fields = ("=name", "display_name")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        # Everything but the display name; times as dates (django-stubs types this list as
+        # field names only, Django takes the date columns' callables too).
+        return with_dates(
+            Gateway,
+            (
+                "name",
+                "source",
+                "opensquilla_version",
+                "schema_version",
+                "last_seen_at",
+                "created_at",
+            ),
+        )
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # its rows point at it (PROTECT)
+
+
+def _delete_session(request: HttpRequest, gateway_id: str, session_key: str) -> None:
+    # A session key is unique only within its gateway: the service deletes the current
+    # gateway's session, so the admin acts in the gateway of the row it was asked to delete.
+    with acting_as(_admin_actor(request)), using_gateway(gateway_id):
+        services.delete_session(session_key)
+
+
 @admin.register(Session)
 class SessionAdmin(ShowOnlyAdmin):
     list_display = with_dates(
-        Session, ("session_key", "agent_id", "epoch", "session_id", "status", "updated_at")
+        Session,
+        ("session_key", "gateway_id", "agent_id", "epoch", "session_id", "status", "updated_at"),
     )
-    list_filter = ("agent_id", "status")
+    list_filter = ("gateway", "agent_id", "status")
     search_fields = ("^session_key", "=session_id")
     list_select_related = False
     show_full_result_count = False
@@ -44,23 +84,23 @@ class SessionAdmin(ShowOnlyAdmin):
         return False
 
     def delete_model(self, request: HttpRequest, obj: Session) -> None:
-        with acting_as(_admin_actor(request)):
-            services.delete_session(obj.session_key)
+        _delete_session(request, str(obj.gateway_id), obj.session_key)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Session]) -> None:
         # One service call per session, as Django's docs ask of a bulk delete with side effects.
-        keys = list(queryset.values_list("session_key", flat=True))
-        with acting_as(_admin_actor(request)):
-            for key in keys:
-                services.delete_session(key)
+        rows = list(queryset.values_list("gateway_id", "session_key"))
+        for gateway_id, key in rows:
+            _delete_session(request, gateway_id, key)
 
     def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
         """Django's confirmation lists what the collector finds; the service deletes more
-        (rows tied to the key, not by a foreign key), so the page says so."""
+        (rows tied to the key within its gateway, not by a foreign key), so the page says so."""
         deleted, model_count, perms_needed, protected = super().get_deleted_objects(objs, request)
-        keys = [obj.session_key for obj in objs]
         for model in (TranscriptEntry, CompactionSummary, CompactedTranscriptEntry):
-            n = model.objects.filter(session_key__in=keys).count()
+            n = sum(
+                model.objects.filter(gateway_id=obj.gateway_id, session_key=obj.session_key).count()
+                for obj in objs
+            )
             if n:
                 model_count[str(model._meta.verbose_name_plural)] = n
         deleted.append(

@@ -38,6 +38,9 @@ router = Router(tags=["sessions"])
 class SessionListQuery(Schema):
     search: str | None = Field(None, max_length=2000, description="key prefix or substring")
     agent: str | None = Field(None, max_length=64)
+    gateway: str | None = Field(
+        None, max_length=64, description="one gateway's sessions (every gateway when absent)"
+    )
     cursor: str | None = Field(None, max_length=200)
     limit: int = Field(50, ge=1, le=MAX_PAGE_SIZE)
 
@@ -69,13 +72,17 @@ def create_session(request: HttpRequest, payload: SessionIn) -> Status[Any]:
 
 @router.get(
     "",
-    response={200: SessionPageOut, **errors(*AUTH_ERRORS, 422)},
+    response={200: SessionPageOut, **errors(*AUTH_ERRORS, 404, 422)},
     auth=READ,
     operation_id="list_sessions",
 )
 def list_sessions(request: HttpRequest, query: Query[SessionListQuery]) -> dict[str, Any]:
     page = page_sessions(
-        search=query.search, agent=query.agent, cursor=query.cursor, limit=query.limit
+        search=query.search,
+        agent=query.agent,
+        gateway=query.gateway,
+        cursor=query.cursor,
+        limit=query.limit,
     )
     return {"items": page.rows, "next_cursor": page.next_cursor}
 

@@ -53,7 +53,9 @@ class CompactionSource:
         if not summary.compaction_id:
             return []
         rows = CompactedTranscriptEntry.objects.filter(
-            session_id=summary.session_id, compaction_id=summary.compaction_id
+            gateway_id=summary.gateway_id,
+            session_id=summary.session_id,
+            compaction_id=summary.compaction_id,
         ).order_by("created_at", "original_entry_id", "id")
         return [
             PreimageEntry(

@@ -8,22 +8,52 @@ from django.db import models
 
 from opensquilla_site.timeutil import now_ms
 
+from .gateways import Gateway, GatewayManager, GatewayQuerySet, gateway_field
+
+__all__ = [
+    "CompactedTranscriptEntry",
+    "CompactionSummary",
+    "Gateway",
+    "Session",
+    "TranscriptEntry",
+]
+
 
 def new_session_id() -> str:
     return str(uuid.uuid4())
 
 
-class SessionQuerySet(models.QuerySet["Session"]):
+class SessionQuerySet(GatewayQuerySet["Session"]):
     def for_console(self) -> SessionQuerySet:
         return self.only(
-            "id", "session_key", "session_id", "epoch", "agent_id", "status", "updated_at"
+            "id",
+            "gateway_id",
+            "session_key",
+            "session_id",
+            "epoch",
+            "agent_id",
+            "status",
+            "updated_at",
         )
 
 
-class Session(models.Model):
-    """One conversation key; ``session_id`` names its current generation."""
+class TranscriptQuerySet(GatewayQuerySet["TranscriptEntry"]):
+    pass
 
-    session_key = models.TextField(unique=True)
+
+class CompactionQuerySet(GatewayQuerySet["CompactionSummary"]):
+    pass
+
+
+class CompactedEntryQuerySet(GatewayQuerySet["CompactedTranscriptEntry"]):
+    pass
+
+
+class Session(models.Model):
+    """One conversation key of a gateway; ``session_id`` names its current generation."""
+
+    gateway = gateway_field()
+    session_key = models.TextField()
     session_id = models.CharField(max_length=64, default=new_session_id, db_index=True)
     # Raised by one on every reset, never lowered: the reset service only ever adds 1.
     epoch = models.PositiveBigIntegerField(default=0)
@@ -32,7 +62,7 @@ class Session(models.Model):
     created_at = models.BigIntegerField(default=now_ms)
     updated_at = models.BigIntegerField(default=now_ms)
 
-    objects = SessionQuerySet.as_manager()
+    objects = GatewayManager.from_queryset(SessionQuerySet)()
 
     class Meta:
         ordering = ["-updated_at", "-id"]
@@ -42,6 +72,10 @@ class Session(models.Model):
         ]
         constraints = [
             models.CheckConstraint(condition=models.Q(epoch__gte=0), name="session_epoch_gte_0"),
+            # A key is unique within its gateway: every gateway has its own agent:main:main.
+            models.UniqueConstraint(
+                fields=["gateway", "session_key"], name="session_gateway_key_uniq"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -54,6 +88,7 @@ class TranscriptEntry(models.Model):
     ROLES = ("user", "assistant", "system", "tool")
 
     id = models.BigAutoField(primary_key=True)
+    gateway = gateway_field()
     session_id = models.CharField(max_length=64)
     session_key = models.TextField()
     message_id = models.CharField(max_length=64, default=new_session_id)
@@ -64,6 +99,8 @@ class TranscriptEntry(models.Model):
     reasoning_content = models.TextField(null=True, blank=True)
     token_count = models.IntegerField(null=True, blank=True)
     created_at = models.BigIntegerField(default=now_ms)
+
+    objects = GatewayManager.from_queryset(TranscriptQuerySet)()
 
     class Meta:
         verbose_name_plural = "transcript entries"
@@ -91,6 +128,7 @@ class CompactionSummary(models.Model):
     re-flushing their pre-image (``CompactedTranscriptEntry``), docs/WORKERS.md.
     """
 
+    gateway = gateway_field()
     session_id = models.CharField(max_length=64)
     session_key = models.TextField()
     compaction_index = models.IntegerField(default=0)
@@ -102,6 +140,8 @@ class CompactionSummary(models.Model):
     flush_receipt_status = models.CharField(max_length=32, default="unknown")
     covered_through_id = models.BigIntegerField(default=0)
     created_at = models.BigIntegerField(default=now_ms)
+
+    objects = GatewayManager.from_queryset(CompactionQuerySet)()
 
     class Meta:
         verbose_name_plural = "compaction summaries"
@@ -121,6 +161,7 @@ class CompactionSummary(models.Model):
 class CompactedTranscriptEntry(models.Model):
     """A transcript entry a compaction removed: the compaction's pre-image."""
 
+    gateway = gateway_field()
     session_id = models.CharField(max_length=64)
     session_key = models.TextField()
     compaction_id = models.TextField()
@@ -133,6 +174,8 @@ class CompactedTranscriptEntry(models.Model):
     reasoning_content = models.TextField(null=True, blank=True)
     token_count = models.IntegerField(null=True, blank=True)
     created_at = models.BigIntegerField(default=now_ms)
+
+    objects = GatewayManager.from_queryset(CompactedEntryQuerySet)()
 
     class Meta:
         verbose_name_plural = "compacted transcript entries"

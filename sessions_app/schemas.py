@@ -26,7 +26,16 @@ class SessionIn(Schema):
     model_config = {"extra": "forbid"}
 
 
+def _gateway(obj: Any) -> str:
+    # The column, not the relation: no query per row.
+    if isinstance(obj, dict):
+        return str(obj.get("gateway") or obj.get("gateway_id") or "local")
+    return str(getattr(obj, "gateway_id", None) or obj.gateway)
+
+
 class SessionOut(ModelSchema):
+    gateway: str  # the gateway the session belongs to (sessions_app.gateways)
+
     class Meta:
         model = Session
         fields = [
@@ -39,13 +48,30 @@ class SessionOut(ModelSchema):
             "updated_at",
         ]
 
+    @staticmethod
+    def resolve_gateway(obj: Any) -> str:
+        return _gateway(obj)
+
 
 class SessionSummaryOut(ModelSchema):
     """A list row: the columns ``Session.objects.for_console()`` loads, so no N+1."""
 
+    gateway: str
+
     class Meta:
         model = Session
-        fields = ["session_key", "session_id", "epoch", "agent_id", "status", "updated_at"]
+        fields = [
+            "session_key",
+            "session_id",
+            "epoch",
+            "agent_id",
+            "status",
+            "updated_at",
+        ]
+
+    @staticmethod
+    def resolve_gateway(obj: Any) -> str:
+        return _gateway(obj)
 
 
 class SessionPageOut(Schema):

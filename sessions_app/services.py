@@ -1,6 +1,7 @@
 """Session services: create, read, append, reset and delete (docs/UPSTREAM.md#sessions-and-transcripts).
 
-Every key is canonicalised on the way in. Writes run in one transaction each; reset and
+Every key is canonicalised on the way in and addresses a session of the current gateway
+(``sessions_app.gateways``: ``local`` unless an edge chose another). Writes run in one transaction each; reset and
 delete lock the session row so a concurrent fenced receipt write sees either the old or the
 new generation, never a mix.
 """
@@ -49,7 +50,7 @@ def create_session(session_key: str, *, agent_id: str | None = None) -> Session:
     key = check_identifier(_require_key(session_key), "session_key")
     agent = normalize_agent_id(agent_id or agent_id_for_session_key(key) or "main")
     with transaction.atomic():
-        if Session.objects.filter(session_key=key).exists():
+        if Session.objects.here().filter(session_key=key).exists():
             raise ValueError(f"Session already exists: {key}")
         return Session.objects.create(session_key=key, agent_id=agent)
 
@@ -58,7 +59,7 @@ def get_session(session_key: str) -> Session | None:
     key = canonicalize_session_key(session_key)
     if not key:
         return None
-    return Session.objects.filter(session_key=key).first()
+    return Session.objects.here().filter(session_key=key).first()
 
 
 def reset_session(session_key: str) -> Session:
@@ -69,11 +70,11 @@ def reset_session(session_key: str) -> Session:
     """
     key = _require_key(session_key)
     with transaction.atomic():
-        session = Session.objects.select_for_update().filter(session_key=key).first()
+        session = Session.objects.here().select_for_update().filter(session_key=key).first()
         if session is None:
             raise KeyError(f"Session not found: {key}")
         old_session_id = session.session_id
-        TranscriptEntry.objects.filter(session_id=old_session_id).delete()
+        TranscriptEntry.objects.here().filter(session_id=old_session_id).delete()
         session.session_id = str(uuid.uuid4())
         session.epoch = session.epoch + 1
         session.updated_at = now_ms()
@@ -87,13 +88,13 @@ def delete_session(session_key: str) -> bool:
     if not key:
         return False
     with transaction.atomic():
-        session = Session.objects.select_for_update().filter(session_key=key).first()
+        session = Session.objects.here().select_for_update().filter(session_key=key).first()
         if session is None:
             return False
-        TranscriptEntry.objects.filter(session_key=key).delete()
+        TranscriptEntry.objects.here().filter(session_key=key).delete()
         # Compactions go too, as upstream: a deleted session's memory is not repaired later.
-        CompactedTranscriptEntry.objects.filter(session_key=key).delete()
-        CompactionSummary.objects.filter(session_key=key).delete()
+        CompactedTranscriptEntry.objects.here().filter(session_key=key).delete()
+        CompactionSummary.objects.here().filter(session_key=key).delete()
         for purge in _session_purgers:
             purge(key)
         session.delete()
@@ -116,7 +117,7 @@ def append_message(
     if tool_calls is not None and not isinstance(tool_calls, list):
         raise ValueError("tool_calls must be a list of objects")
     with transaction.atomic():
-        session = Session.objects.select_for_update().filter(session_key=key).first()
+        session = Session.objects.here().select_for_update().filter(session_key=key).first()
         if session is None:
             raise KeyError(f"Session not found: {key}")
         now = now_ms()
@@ -124,6 +125,7 @@ def append_message(
             # Stored as upstream's J(content), which is also what a checkpoint would emit.
             content = json.dumps(content, ensure_ascii=False, sort_keys=True, default=str)
         entry = TranscriptEntry.objects.create(
+            gateway_id=session.gateway_id,
             session_id=session.session_id,
             session_key=key,
             role=role,
@@ -140,7 +142,9 @@ def append_message(
 
 
 def get_transcript(session_id: str) -> list[TranscriptEntry]:
-    return list(TranscriptEntry.objects.filter(session_id=session_id).order_by("created_at", "id"))
+    return list(
+        TranscriptEntry.objects.here().filter(session_id=session_id).order_by("created_at", "id")
+    )
 
 
 acreate_session = sync_to_async(create_session)

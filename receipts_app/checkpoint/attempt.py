@@ -56,7 +56,7 @@ def supersede_covered_failures(saved: MemoryDurableReceipt) -> list[str]:
     (``resolved_by_receipt_id`` = the saved one), one ``supersede`` audit event each, by the
     current actor; returns their receipt ids.
 
-    Covered is the requeue rules' "superseded" (docs/STATUSES.md): the same session key and
+    Covered is the requeue rules' "superseded" (docs/STATUSES.md): the same gateway, session key and
     generation (``session_id``), created no later than the save, and ``coverage_entry_count``
     at most the save's (a failed row without one counts as 0). A generation's transcript only
     grows, so the save holds everything those attempts tried to save.
@@ -68,6 +68,7 @@ def supersede_covered_failures(saved: MemoryDurableReceipt) -> list[str]:
         rows = list(
             MemoryDurableReceipt.objects.select_for_update()
             .filter(
+                gateway_id=saved.gateway_id,
                 session_key=saved.session_key,
                 session_id=saved.session_id,
                 scope="checkpoint",

@@ -21,6 +21,7 @@ from django.db.models.functions import Cast
 from opensquilla_site.exceptions import ValidationFailed
 from opensquilla_site.pagination import Page, keyset_after, keyset_page
 from opensquilla_site.timeutil import now_ms
+from sessions_app.gateways import DEFAULT_GATEWAY, gateway_scope
 from sessions_app.keys import normalize_agent_id
 from sessions_app.models import Session
 
@@ -58,6 +59,7 @@ class FailureGroup:
     first_seen: int = 0
     last_seen: int = 0
     sample_receipt_id: str = ""
+    gateway_id: str = DEFAULT_GATEWAY
 
     @property
     def requeueable(self) -> bool:
@@ -72,6 +74,7 @@ class FailureGroup:
             scopes=(self.scope,),
             statuses=(self.status,),
             fingerprint=self.fingerprint,
+            gateway=self.gateway_id,
         ).to_params()
 
 
@@ -90,6 +93,7 @@ class GroupSelection:
 
 def failure_group_receipt_ids(
     *,
+    gateway_id: str = DEFAULT_GATEWAY,
     agent_id: str,
     scope: str,
     status: str,
@@ -102,7 +106,11 @@ def failure_group_receipt_ids(
     page's mark ``upto`` (``FailureGroups.mark``; None: all), at most ``limit + 1``; and the
     number that joined after the mark."""
     members = FailureGroupMember.objects.filter(
-        agent_id=agent_id, scope=scope, status=status, fingerprint=fingerprint
+        gateway_id=gateway_id,
+        agent_id=agent_id,
+        scope=scope,
+        status=status,
+        fingerprint=fingerprint,
     )
     shown = members if upto is None else members.filter(id__lte=upto)
     ids = list(
@@ -143,7 +151,7 @@ _GROUPS_SQL = (
     # One query: the pending count and the mark always come back, even with no group row.
     "SELECT p.pending, g.agent_id, g.scope, g.status, g.fingerprint, g.count, g.first_seen, "  # noqa: S608
     "g.last_seen, g.sample_receipt_id, g.total_groups, g.failures, "
-    f"(SELECT MAX(id) FROM {MEMBERS}) "
+    f"(SELECT MAX(id) FROM {MEMBERS}), g.gateway_id "
     # In id order, so PostgreSQL walks the primary key: the inbox is a queue (beat folds and
     # deletes it), and until VACUUM a sequential scan re-reads every deleted row on every render
     # (10 ms after 300,000 folded failures at 5M receipts); index entries of deleted rows are
@@ -151,18 +159,23 @@ _GROUPS_SQL = (
     f"FROM (SELECT COUNT(*) AS pending FROM (SELECT 1 FROM {INBOX} ORDER BY id "
     f"LIMIT {PENDING_CAP + 1}) "
     "AS i) AS p LEFT JOIN ("
-    "SELECT id, agent_id, scope, status, fingerprint, count, first_seen, last_seen, "
+    "SELECT id, gateway_id, agent_id, scope, status, fingerprint, count, first_seen, last_seen, "
     "sample_receipt_id, COUNT(*) OVER () AS total_groups, SUM(count) OVER () AS failures "
-    f"FROM {GROUPS} WHERE count > 0 ORDER BY count DESC, last_seen DESC, id LIMIT %s"
+    # {gateway}: every gateway's groups, or one gateway's when a list was scoped to it.
+    f"FROM {GROUPS} WHERE count > 0{{gateway}} ORDER BY count DESC, last_seen DESC, id LIMIT %s"
     ") AS g ON 1 = 1 ORDER BY g.count DESC, g.last_seen DESC, g.id"
 )
 
 
 def failure_groups(*, limit: int = FAILURE_GROUPS_SHOWN) -> FailureGroups:
-    """Every failed receipt in the ledger grouped by ``(agent, scope, status, fingerprint)``,
-    largest first, as last folded (``receipts_app.failure_groups``). One query."""
+    """Every failed receipt in the ledger (or in the gateway a list is scoped to,
+    ``sessions_app.gateways.gateway_scope``) grouped by ``(gateway, agent, scope, status,
+    fingerprint)``, largest first, as last folded (``receipts_app.failure_groups``). One query."""
+    scope = gateway_scope()
+    sql = _GROUPS_SQL.replace("{gateway}", "" if scope is None else " AND gateway_id = %s")
+    params: list[Any] = [limit] if scope is None else [scope, limit]
     with connection.cursor() as cur:
-        cur.execute(_GROUPS_SQL, [limit])
+        cur.execute(sql, params)
         rows = cur.fetchall()
     pending = int(rows[0][0]) if rows else 0
     mark = int(rows[0][11] or 0) if rows else 0
@@ -178,6 +191,7 @@ def failure_groups(*, limit: int = FAILURE_GROUPS_SHOWN) -> FailureGroups:
                 first_seen=int(r[6]),
                 last_seen=int(r[7]),
                 sample_receipt_id=r[8],
+                gateway_id=r[12],
             )
             for r in found
         ],
@@ -495,16 +509,18 @@ def page_plans(
 def session_memory_version(session: Session) -> str:
     """What the session memory panel shows, as one token: the session's generation and
     stamp (new messages move it) and its receipts' count and newest stamp. One query."""
-    seen = MemoryDurableReceipt.objects.filter(session_key=session.session_key).aggregate(
-        n=Count("id"), newest=Max("updated_at")
-    )
+    seen = MemoryDurableReceipt.objects.filter(
+        gateway_id=session.gateway_id, session_key=session.session_key
+    ).aggregate(n=Count("id"), newest=Max("updated_at"))
     return f"{session.session_id}.{session.updated_at}.{seen['n']}.{seen['newest'] or 0}"
 
 
 def session_checkpoints(session_key: str, *, limit: int = 50) -> list[MemoryDurableReceipt]:
-    """Checkpoint receipts of every generation of the key, newest first (bounded)."""
+    """Checkpoint receipts of every generation of the key in the current gateway, newest
+    first (bounded)."""
     return list(
-        MemoryDurableReceipt.objects.filter(session_key=session_key, scope="checkpoint")
+        MemoryDurableReceipt.objects.here()
+        .filter(session_key=session_key, scope="checkpoint")
         .for_console()
         .order_by("-created_at", "-id")[:limit]
     )
@@ -519,17 +535,17 @@ class UpstreamMark:
     upstream_status: str = ""
 
 
-def upstream_marks_for_receipt(idempotency_key: str) -> list[UpstreamMark]:
-    """The live mirror's word on one receipt (one row per followed source; none if not
-    mirrored): gone upstream rows stay here, marked (docs/MIRROR.md)."""
-    rows = MirroredReceipt.objects.filter(idempotency_key=idempotency_key).values_list(
-        "source__path", "gone_at", "source_status"
-    )
+def upstream_marks_for_receipt(receipt: MemoryDurableReceipt) -> list[UpstreamMark]:
+    """The live mirror's word on one receipt (one row per followed source of its gateway;
+    none if not mirrored): gone upstream rows stay here, marked (docs/MIRROR.md)."""
+    rows = MirroredReceipt.objects.filter(
+        source__gateway_id=receipt.gateway_id, idempotency_key=receipt.idempotency_key
+    ).values_list("source__path", "gone_at", "source_status")
     return [UpstreamMark(path, gone, status) for path, gone, status in rows]
 
 
-def upstream_marks_for_session(session_key: str) -> list[UpstreamMark]:
-    rows = MirroredSession.objects.filter(session_key=session_key).values_list(
-        "source__path", "gone_at"
-    )
+def upstream_marks_for_session(session: Session) -> list[UpstreamMark]:
+    rows = MirroredSession.objects.filter(
+        source__gateway_id=session.gateway_id, session_key=session.session_key
+    ).values_list("source__path", "gone_at")
     return [UpstreamMark(path, gone) for path, gone in rows]

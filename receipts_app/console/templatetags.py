@@ -18,6 +18,15 @@ register = template.Library()
 
 
 @register.filter
+def gateway_qs(row: Any, sep: str = "?") -> str:
+    """``?gateway=NAME`` for a row of another gateway than ``local`` (its pages need it to
+    address the row's own session), else nothing: a single-gateway console's links read as
+    before."""
+    name = getattr(row, "gateway_id", None) or "local"
+    return "" if name == "local" else f"{sep}gateway={name}"
+
+
+@register.filter
 def ms_date(value: Any) -> str:
     """Epoch milliseconds as ``YYYY-MM-DD HH:MM:SS UTC``; "—" for None, raw for nonsense."""
     return ms_text(value)

@@ -54,6 +54,9 @@ class ImportReport:
     files: FileCounts = field(default_factory=FileCounts)
     # Transcript entries whose upstream id was taken locally and got a new one.
     remapped_entry_ids: int = 0
+    # Receipts whose receipt_id another gateway holds, given a new one.
+    remapped_receipt_ids: int = 0
+    gateway: str = "local"
     coverage_columns_present: bool = True
     # The source's OpenSquilla schema, e.g. "25 (V040__document_resources)" (importer.schema).
     source_schema: str = ""
@@ -88,7 +91,10 @@ class ImportReport:
             f"sessions: {self.sessions.line()}",
             f"transcript entries: {self.transcript_entries.line()}"
             + (f" ({self.remapped_entry_ids} given new ids)" if self.remapped_entry_ids else ""),
-            f"receipts: {self.receipts.line()}",
+            f"receipts: {self.receipts.line()}"
+            + (
+                f" ({self.remapped_receipt_ids} given new ids)" if self.remapped_receipt_ids else ""
+            ),
             f"files: {self.files.line()}",
         ]
         if not self.coverage_columns_present:

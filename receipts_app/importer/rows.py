@@ -2,7 +2,9 @@
 import (``service.import_opensquilla``) and the live mirror (``receipts_app.mirror``).
 
 Each function takes a batch already read and checked by :mod:`.source`, writes it in the
-caller's transaction and counts what it did in an ``ImportReport``. What "the source row wins"
+caller's transaction and counts what it did in an ``ImportReport``. Rows land in the current
+gateway (``sessions_app.gateways``: the caller imports inside ``using_gateway``); ids are
+global, so an id another gateway holds is looked up across all of them. What "the source row wins"
 means for receipts is a parameter (``decide``): the import lets the newer ``updated_at`` win,
 the mirror adds what it knows about rows it applied before.
 """
@@ -17,12 +19,13 @@ from django.core.management.color import no_style
 from django.db import connection
 
 from opensquilla_site.identifiers import control_character_problem
+from sessions_app.gateways import current_gateway
 from sessions_app.keys import agent_id_for_session_key, canonicalize_session_key, normalize_agent_id
 from sessions_app.models import Session, TranscriptEntry
 
 from .. import ledger
 from ..ledger import LEDGER_FIELDS
-from ..models import MemoryDurableReceipt
+from ..models import MemoryDurableReceipt, new_receipt_id
 from ..receipt_ids import identifier_columns_problem
 from ..statuses import CHECKPOINT_SAVED, PREIMAGE_SAVED
 from .paths import check_receipt_path, is_file_path, normalise
@@ -125,7 +128,7 @@ def apply_sessions(batch: Sequence[SourceSession], report: ImportReport) -> list
     (without the sessions skipped for a control character in their key or id)."""
     batch = without_unaddressable(batch, report, report.sessions)
     keys = [canonicalize_session_key(row.session_key) for row in batch]
-    local = {s.session_key: s for s in Session.objects.filter(session_key__in=keys)}
+    local = {s.session_key: s for s in Session.objects.here().filter(session_key__in=keys)}
     to_create: dict[str, Session] = {}
     to_update: dict[str, Session] = {}
     for row, key in zip(batch, keys, strict=True):
@@ -208,12 +211,18 @@ def apply_entries(batch: Sequence[SourceEntry], report: ImportReport) -> set[str
     remapped_sessions: set[str] = set()
     ids = [row.id for row in batch]
     identities = {(row.session_id, _message_id(row)) for row in batch}
-    by_id = {e.id: e for e in TranscriptEntry.objects.filter(id__in=ids)}
+    # Ids are global: one another gateway holds is taken too (the base manager sees them all).
+    by_id = {e.id: e for e in TranscriptEntry._base_manager.filter(id__in=ids)}
+    gateway = current_gateway()
     by_identity: dict[tuple[str, str], TranscriptEntry] = {}
-    for entry in TranscriptEntry.objects.filter(
-        session_id__in={i[0] for i in identities},
-        message_id__in={i[1] for i in identities},
-    ).order_by("id"):
+    for entry in (
+        TranscriptEntry.objects.here()
+        .filter(
+            session_id__in={i[0] for i in identities},
+            message_id__in={i[1] for i in identities},
+        )
+        .order_by("id")
+    ):
         by_identity.setdefault((entry.session_id, entry.message_id), entry)
     keep_id: list[TranscriptEntry] = []
     new_id: list[TranscriptEntry] = []
@@ -224,7 +233,8 @@ def apply_entries(batch: Sequence[SourceEntry], report: ImportReport) -> set[str
         same_id = by_id.get(row.id)
         match = (
             same_id
-            if same_id is not None and (same_id.session_id, same_id.message_id) == identity
+            if same_id is not None
+            and (same_id.gateway_id, same_id.session_id, same_id.message_id) == (gateway, *identity)
             else by_identity.get(identity)
         )
         if match is not None:
@@ -362,12 +372,16 @@ def apply_receipts(
         note_files(values, facts)
     keys = [v["idempotency_key"] for v in rows]
     by_key = {
-        r.idempotency_key: r for r in MemoryDurableReceipt.objects.filter(idempotency_key__in=keys)
+        r.idempotency_key: r
+        for r in MemoryDurableReceipt.objects.here().filter(idempotency_key__in=keys)
     }
-    taken_ids = set(
-        MemoryDurableReceipt.objects.filter(
+    # receipt_id is global (/receipts/<id>): one held by another gateway's receipt gets a new
+    # id here, one held by another receipt of this gateway is a conflict, as before gateways.
+    gateway = current_gateway()
+    taken_ids: dict[str, str] = dict(
+        MemoryDurableReceipt._base_manager.filter(
             receipt_id__in=[v["receipt_id"] for v in rows]
-        ).values_list("receipt_id", flat=True)
+        ).values_list("receipt_id", "gateway_id")
     )
     writes: dict[str, dict[str, Any]] = {}
     changes: list[ReceiptChange] = []
@@ -378,7 +392,16 @@ def apply_receipts(
             if key in writes:  # the same key twice in one batch: the later row wins
                 writes[key] = {**values, "receipt_id": writes[key]["receipt_id"]}
                 continue
-            if values["receipt_id"] in taken_ids:
+            holder = taken_ids.get(values["receipt_id"])
+            if holder is not None and holder != gateway:
+                values = {**values, "receipt_id": new_receipt_id()}
+                report.remapped_receipt_ids += 1
+                report.warn(
+                    "receipt_id_remapped",
+                    f"receipt {values['idempotency_key']}: its id is held by a receipt of "
+                    f"gateway {holder}, so it was given the new id {values['receipt_id']}",
+                )
+            elif holder is not None:
                 report.receipts.skipped += 1
                 report.warn(
                     "receipt_id_taken",
@@ -388,7 +411,7 @@ def apply_receipts(
                 changes.append(ReceiptChange(values, None, "skipped"))
                 continue
             writes[key] = values
-            taken_ids.add(values["receipt_id"])
+            taken_ids[values["receipt_id"]] = gateway
             report.receipts.created += 1
             changes.append(ReceiptChange(values, None, "created"))
             continue

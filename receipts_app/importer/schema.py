@@ -48,6 +48,9 @@ STORAGE_VERSION_MARKERS: tuple[tuple[int, str, str | None], ...] = (
 # The newest schema this product was checked against (upstream HEAD 4e3ee640a): a file
 # with a later migration still imports (only known columns are read), with a warning.
 KNOWN_LATEST_MIGRATION = 40
+# The newest migration a release this product was checked against ships with: a file at it
+# names its OpenSquilla version (a gateway record's ``opensquilla_version``).
+KNOWN_RELEASES = {"V014__meta_skill_run_steps_allow_user_input": "0.3.0"}
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,11 @@ class SchemaVersion:
     def newer_than_known(self) -> bool:
         """A file migrated by a release after the newest one this product was checked against."""
         return any(_migration_number(m) > KNOWN_LATEST_MIGRATION for m in self.migrations)
+
+    @property
+    def release(self) -> str:
+        """The OpenSquilla release whose newest migration the file is at ("" when unknown)."""
+        return KNOWN_RELEASES.get(self.latest_migration or "", "")
 
     def label(self) -> str:
         """One line for a report or a page: ``25 (V040__document_resources)``."""

@@ -14,6 +14,9 @@ Contract:
   one status-change event per row: the import records ONE summary event instead, so the
   audit timeline says "imported from <file>" rather than thousands of synthetic changes.
 - The row mapping lives in :mod:`.rows`, shared with the live mirror (``receipts_app.mirror``).
+- Under a gateway name (``gateway``, default ``local``): every row lands in that gateway
+  (``sessions_app.gateways``), its files in that gateway's roots (:mod:`.targets`), and the
+  gateway records where it came from and the OpenSquilla version and schema seen.
 - Transcript entry ids are kept, because a checkpoint's coverage (``through-<max id>`` and
   the coverage hash) is computed over them: a remapped id would make every imported
   checkpoint stop covering its transcript. Only an id already taken by a different local
@@ -25,9 +28,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from django.conf import settings
 from django.db import transaction
 
+from opensquilla_site.timeutil import now_ms
+from sessions_app.gateways import (
+    DEFAULT_GATEWAY,
+    GatewayNameError,
+    ensure_gateway,
+    using_gateway,
+    validate_gateway_name,
+)
 from sessions_app.keys import normalize_agent_id
 
 from .. import audit
@@ -39,6 +49,7 @@ from .paths import CHECKPOINT_DIR, RAW_FALLBACK_DIR
 from .report import ImportReport
 from .rows import FileFacts
 from .source import SourceDatabase
+from .targets import file_targets
 
 Progress = Callable[[str, int, int], None]
 
@@ -54,19 +65,26 @@ def import_opensquilla(
     target_workspace: Path | None = None,
     memory_workspace: str | None = None,
     progress: Progress | None = None,
+    gateway: str = DEFAULT_GATEWAY,
 ) -> ImportReport:
-    """Import every session, transcript entry and receipt, then the workspace files.
+    """Import every session, transcript entry and receipt, then the workspace files, into
+    gateway ``gateway`` (a slug; created when new).
 
-    ``target_workspace`` defaults to ``settings.OPENSQUILLA_CHECKPOINT_WORKSPACE``.
-    Raw-fallback archives go to ``memory_workspace`` (default
-    ``settings.OPENSQUILLA_MEMORY_WORKSPACE``, ``{agent}`` substituted), falling back to the
-    target workspace. Raises ``ImportSourceError`` and imports nothing on bad input.
+    ``target_workspace`` defaults to ``settings.OPENSQUILLA_CHECKPOINT_WORKSPACE`` (another
+    gateway than ``local``: its ``gateways/<name>`` directory). Raw-fallback archives go to
+    ``memory_workspace`` (default ``settings.OPENSQUILLA_MEMORY_WORKSPACE``, ``{agent}`` and
+    ``{gateway}`` substituted), falling back to the target workspace. Raises
+    ``ImportSourceError`` and imports nothing on bad input.
     """
     report_progress = progress or _noop_progress
     db_path = Path(db_path)
+    gateway = check_gateway_name(gateway)
     source_workspace = _check_workspace(workspace)
-    checkpoint_root = _target_root(target_workspace, needed=source_workspace is not None)
-    template = memory_workspace or getattr(settings, "OPENSQUILLA_MEMORY_WORKSPACE", None)
+    targets = file_targets(
+        gateway, target_workspace=target_workspace, memory_workspace=memory_workspace
+    )
+    checkpoint_root = _target_root(targets.checkpoint_root, needed=source_workspace is not None)
+    template = targets.memory_template
 
     def memory_root_for(agent: str) -> Path:
         if template:
@@ -74,9 +92,9 @@ def import_opensquilla(
         assert checkpoint_root is not None
         return checkpoint_root
 
-    report = ImportReport(source=str(db_path))
+    report = ImportReport(source=str(db_path), gateway=gateway)
     created_files: list[Path] = []
-    with SourceDatabase(db_path) as source:
+    with SourceDatabase(db_path) as source, using_gateway(gateway):
         report.coverage_columns_present = source.has_coverage_columns
         _note_schema(source, report)
         totals = {
@@ -87,6 +105,7 @@ def import_opensquilla(
         facts = FileFacts()
         try:
             with transaction.atomic():
+                record_gateway_seen(gateway, source)
                 _import_sessions(source, report, report_progress, totals["sessions"])
                 _import_entries(source, report, report_progress, totals["transcript entries"])
                 _import_receipts(source, report, report_progress, totals["receipts"], facts)
@@ -135,8 +154,26 @@ def _check_workspace(workspace: Path | None) -> Path | None:
     return path
 
 
-def _target_root(target_workspace: Path | None, *, needed: bool) -> Path | None:
-    chosen = target_workspace or getattr(settings, "OPENSQUILLA_CHECKPOINT_WORKSPACE", None)
+def check_gateway_name(gateway: str) -> str:
+    try:
+        return validate_gateway_name(gateway)
+    except GatewayNameError as exc:
+        raise ImportSourceError(str(exc)) from exc
+
+
+def record_gateway_seen(gateway: str, source: SourceDatabase) -> None:
+    """The gateway (created when new), with where it is read from and what it runs."""
+    schema = source.schema_version()  # the one schema reader (importer/schema.py)
+    ensure_gateway(
+        gateway,
+        source=str(Path(source.path).expanduser().resolve()),
+        opensquilla_version=schema.release,
+        schema_version=schema.label(),
+        last_seen_at=now_ms(),
+    )
+
+
+def _target_root(chosen: Path | None, *, needed: bool) -> Path | None:
     if not chosen:
         if needed:
             raise ImportSourceError(
@@ -232,9 +269,11 @@ def _record_summary(report: ImportReport) -> None:
     audit.record_event(
         receipt_id="",
         action="import",
-        reason=f"imported from {report.source}",
+        reason=f"imported from {report.source}"
+        + ("" if report.gateway == DEFAULT_GATEWAY else f" as gateway {report.gateway}"),
         details={
             "source": report.source,
+            "gateway": report.gateway,
             "sessions": report.sessions.line(),
             "transcript_entries": report.transcript_entries.line(),
             "receipts": report.receipts.line(),

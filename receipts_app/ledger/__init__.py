@@ -4,13 +4,17 @@ The hot paths (single-row upsert and update, the exact coverage lookup, the bulk
 prebuilt parameterised SQL from :mod:`.fastsql`; the rest is ORM.
 
 Contracts kept from upstream:
-- ``upsert`` is one ``INSERT … ON CONFLICT (idempotency_key) DO UPDATE``, so two
+- ``upsert`` is one ``INSERT … ON CONFLICT (gateway_id, idempotency_key) DO UPDATE``, so two
   writers of one key can never both insert. ``receipt_id``, ``idempotency_key`` and
   ``created_at`` are never overwritten; ``updated_at`` is always stamped.
 - The generation fence (``expected_session_id``) is read in the same transaction as the write,
   under a row lock on PostgreSQL and the IMMEDIATE write lock on SQLite.
 - ``claim`` is a single conditional UPDATE: concurrent claimers pass a row once.
 Every function has an ``a``-prefixed async twin.
+
+Gateways (``sessions_app.gateways``): every write goes to the current gateway, and an address
+by session key, session id or idempotency key reads the current gateway's rows (``here()``);
+the repair queue and the recent-rows list span every gateway unless an edge chose one.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from django.db.models.functions import Substr
 from opensquilla_site.exceptions import GenerationChanged
 from opensquilla_site.prepared_sql import write_transaction
 from opensquilla_site.timeutil import now_ms
+from sessions_app.gateways import current_gateway
 from sessions_app.keys import agent_id_for_session_key, canonicalize_session_key
 from sessions_app.models import Session
 
@@ -41,7 +46,7 @@ from .columns import LEDGER_FIELDS, UPDATABLE_FIELDS
 
 def live_session_id(session_key: str, *, for_update: bool = False) -> str | None:
     """The live generation of ``session_key``; None when the session does not exist."""
-    sessions = Session.objects.filter(session_key=session_key)
+    sessions = Session.objects.here().filter(session_key=session_key)
     if for_update:
         sessions = sessions.select_for_update()
     return sessions.values_list("session_id", flat=True).first()
@@ -83,6 +88,7 @@ def _prepare_for_write(
     ``keep_stamps`` keeps the receipt's own ``updated_at`` (rows copied from an OpenSquilla
     ledger carry upstream's stamp, which is evidence and the mirror's change marker)."""
     receipt.session_key = canonicalize_session_key(receipt.session_key)
+    receipt.gateway_id = current_gateway()
     if not keep_stamps or receipt.updated_at is None:
         receipt.updated_at = stamp_ms
     if not receipt.idempotency_key:
@@ -94,6 +100,7 @@ def _prepare_for_write(
     values = {name: getattr(receipt, name) for name in LEDGER_FIELDS}
     values["agent_id"] = agent_id_for_session_key(receipt.session_key) or ""
     values["resolved_by_receipt_id"] = receipt.resolved_by_receipt_id
+    values["gateway_id"] = receipt.gateway_id
     # Before any database work: a key or id with a line break cannot be linked or echoed.
     check_identifier_columns(values)
     return values
@@ -134,14 +141,15 @@ def bulk_upsert_memory_durable_receipts(
     ``keep_stamps=True`` (the OpenSquilla import and mirror) keeps each row's ``updated_at``.
     """
     stamp = now_ms()
-    latest: dict[str, dict[str, Any]] = {}
+    # A key is unique within its gateway: (gateway, key) is the row, and its lock order.
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
     for receipt in receipts:
         row = _prepare_for_write(receipt, stamp, keep_stamps=keep_stamps)
-        latest[row["idempotency_key"]] = row
+        latest[(row["gateway_id"], row["idempotency_key"])] = row
     ordered = [latest[key] for key in sorted(latest)]
     written = retry.atomic_retrying(lambda: fastsql.bulk_upsert(ordered))
-    stored = {r.idempotency_key: r for r in written}
-    return [stored[receipt.idempotency_key] for receipt in receipts]
+    stored = {(str(r.gateway_id), r.idempotency_key): r for r in written}
+    return [stored[(str(r.gateway_id), r.idempotency_key)] for r in receipts]
 
 
 def update_memory_durable_receipt(receipt_id: str, /, **fields: Any) -> MemoryDurableReceipt:
@@ -214,6 +222,7 @@ def list_memory_durable_receipts(
     if session_key is not None:
         session_key = canonicalize_session_key(session_key)
     coverage = (
+        current_gateway(),
         session_key,
         session_id,
         scope,
@@ -239,8 +248,10 @@ def list_memory_durable_receipts(
     ):
         if value is not None:
             filters[name] = value
-    qs = MemoryDurableReceipt.objects.filter(**filters).order_by("created_at", "id")
-    return _apply_limit(qs, limit)
+    qs = MemoryDurableReceipt.objects.all()
+    if session_key is not None or session_id is not None or idempotency_key is not None:
+        qs = qs.here()  # an address by a gateway's own identifier
+    return _apply_limit(qs.filter(**filters).order_by("created_at", "id"), limit)
 
 
 def due_q(now: int) -> Q:
@@ -284,7 +295,8 @@ def list_recent_memory_durable_receipts(
 def memory_durable_receipt_exists_for_path(
     path: str, *, session_key_prefix: str | None = None
 ) -> bool:
-    qs: QuerySet[MemoryDurableReceipt] = MemoryDurableReceipt.objects.filter(
+    # The workspace files are the current gateway's.
+    qs: QuerySet[MemoryDurableReceipt] = MemoryDurableReceipt.objects.here().filter(
         Q(source_path=path) | Q(target_path=path)
     )
     if session_key_prefix:
@@ -381,18 +393,16 @@ def get_memory_durable_receipt(receipt_id: str) -> MemoryDurableReceipt:
 
 
 def purge_receipts_for_session_key(session_key: str) -> int:
-    """Delete every receipt of a key (all generations); called inside the session delete.
+    """Delete every receipt of a key (all generations) in the current gateway; called inside
+    the session delete.
 
     The audit trail keeps one ``purged`` event per receipt and one ``session_deleted`` event
     for the key (also when it had no receipts), with the actor of the surface that deleted it.
     """
-    rows = list(
-        MemoryDurableReceipt.objects.filter(session_key=session_key).values_list(
-            "receipt_id", "status"
-        )
-    )
+    receipts = MemoryDurableReceipt.objects.here().filter(session_key=session_key)
+    rows = list(receipts.values_list("receipt_id", "status"))
     if rows:
-        MemoryDurableReceipt.objects.filter(session_key=session_key).delete()
+        receipts.delete()
     audit.record_events(
         [
             *(

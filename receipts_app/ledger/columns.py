@@ -24,10 +24,18 @@ LEDGER_FIELDS: tuple[str, ...] = (
     "updated_at",
     "schema_version",
 )
-_IMMUTABLE_ON_CONFLICT = frozenset({"receipt_id", "idempotency_key", "created_at"})
-# What an upsert writes: the upstream columns plus our derived agent column and the requeue link.
-WRITE_FIELDS: tuple[str, ...] = (*LEDGER_FIELDS, "agent_id", "resolved_by_receipt_id")
-# What a conflicting upsert overwrites: every written column but the three above (a replayed
+_IMMUTABLE_ON_CONFLICT = frozenset({"receipt_id", "idempotency_key", "created_at", "gateway_id"})
+# What an upsert writes: the upstream columns plus our derived agent column, the requeue link
+# and the gateway (sessions_app.gateways: the current one).
+WRITE_FIELDS: tuple[str, ...] = (
+    *LEDGER_FIELDS,
+    "agent_id",
+    "resolved_by_receipt_id",
+    "gateway_id",
+)
+# The conflict target: an idempotency key is unique within its gateway.
+CONFLICT_TARGET = "gateway_id, idempotency_key"
+# What a conflicting upsert overwrites: every written column but the four above (a replayed
 # failure is unresolved again, so the requeue link is overwritten too).
 CONFLICT_UPDATE_FIELDS: tuple[str, ...] = tuple(
     f for f in WRITE_FIELDS if f not in _IMMUTABLE_ON_CONFLICT
@@ -36,8 +44,10 @@ UPDATABLE_FIELDS = frozenset(LEDGER_FIELDS + ("resolved_by_receipt_id",)) - {
     "receipt_id",
     "created_at",
 }
-# The four coverage filters plus the row's identity: the exact coverage lookup's fixed shape.
+# The four coverage filters plus the row's identity (gateway, key, generation): the exact
+# coverage lookup's fixed shape.
 COVERAGE_FILTERS: tuple[str, ...] = (
+    "gateway_id",
     "session_key",
     "session_id",
     "scope",

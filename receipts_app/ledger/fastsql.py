@@ -36,7 +36,7 @@ from opensquilla_site.prepared_sql import cursor, execute, is_postgres
 
 from ..audit import current_actor
 from ..models import MemoryDurableReceipt, ReceiptEvent
-from .columns import CONFLICT_UPDATE_FIELDS, COVERAGE_FILTERS, WRITE_FIELDS
+from .columns import CONFLICT_TARGET, CONFLICT_UPDATE_FIELDS, COVERAGE_FILTERS, WRITE_FIELDS
 
 T = MemoryDurableReceipt._meta.db_table
 EV = ReceiptEvent._meta.db_table
@@ -97,20 +97,21 @@ def _actor_params() -> list[Any]:
 _INSERT = (
     f"INSERT INTO {T} AS r ({', '.join(WRITE_FIELDS)}) "
     f"VALUES ({', '.join(['%s'] * len(WRITE_FIELDS))}) "
-    f"ON CONFLICT (idempotency_key) DO UPDATE SET "
+    f"ON CONFLICT ({CONFLICT_TARGET}) DO UPDATE SET "
     + ", ".join(f"{c} = EXCLUDED.{c}" for c in CONFLICT_UPDATE_FIELDS)
 )
 _PG_UPSERT = (
     f"WITH up AS ({_INSERT} RETURNING {', '.join('r.' + c for c in READ_COLUMNS)}, "
     # Sees the row as it was before this statement: the status the upsert replaced.
-    f"(SELECT p.status FROM {T} p WHERE p.idempotency_key = %s) AS prior_status), "
+    f"(SELECT p.status FROM {T} p WHERE p.gateway_id = %s AND p.idempotency_key = %s) "
+    f"AS prior_status), "
     f"ev AS (INSERT INTO {EV} ({_EVENT_COLUMNS}) "
     f"SELECT receipt_id, session_key, %s, %s, %s, 'status_change', prior_status, status, "
     f"NULL, reason, NULL, %s::jsonb FROM up WHERE prior_status <> status) "
     f"SELECT {_READ} FROM up"
 )
 _SQLITE_UPSERT = f"{_INSERT} RETURNING {_READ}"
-_SQLITE_PRIOR_BY_KEY = f"SELECT status FROM {T} WHERE idempotency_key = %s"
+_SQLITE_PRIOR_BY_KEY = f"SELECT status FROM {T} WHERE gateway_id = %s AND idempotency_key = %s"
 _EVENT_INSERT = (
     f"INSERT INTO {EV} ({_EVENT_COLUMNS}) "
     f"VALUES (%s, %s, %s, %s, %s, 'status_change', %s, %s, NULL, %s, NULL, %s)"
@@ -118,21 +119,23 @@ _EVENT_INSERT = (
 
 
 def upsert(values: dict[str, Any], stamp: int) -> MemoryDurableReceipt:
-    """One row by ``idempotency_key``; records a status_change event when the status moved.
+    """One row by (gateway, ``idempotency_key``); records a status_change event when the
+    status moved.
 
     Runs in the caller's transaction when there is one; on PostgreSQL the statement is atomic
     on its own.
     """
     params = write_values(values)
+    key = [values["gateway_id"], values["idempotency_key"]]
     with cursor() as cur:
         if is_postgres():
             execute(
                 cur,
                 _PG_UPSERT,
-                [*params, values["idempotency_key"], stamp, *_actor_params(), _UPSERT_DETAILS],
+                [*params, *key, stamp, *_actor_params(), _UPSERT_DETAILS],
             )
             return to_model(cur.fetchone())
-        execute(cur, _SQLITE_PRIOR_BY_KEY, [values["idempotency_key"]])
+        execute(cur, _SQLITE_PRIOR_BY_KEY, key)
         prior = cur.fetchone()
         execute(cur, _SQLITE_UPSERT, params)
         stored = to_model(cur.fetchone())
@@ -240,7 +243,7 @@ def _pg_bulk_sql() -> str:
     arrays = ", ".join(f"%b::{f.db_type(connection)}[]" for f in _WRITE_FIELD_OBJECTS)
     return (
         f"INSERT INTO {T} AS r ({', '.join(WRITE_FIELDS)}) SELECT * FROM unnest({arrays}) "
-        f"ON CONFLICT (idempotency_key) DO UPDATE SET "
+        f"ON CONFLICT ({CONFLICT_TARGET}) DO UPDATE SET "
         + ", ".join(f"{c} = EXCLUDED.{c}" for c in CONFLICT_UPDATE_FIELDS)
         + f" RETURNING {', '.join('r.' + c for c in READ_COLUMNS)}"
     )
@@ -251,7 +254,7 @@ def _sqlite_bulk_sql(rows: int) -> str:
     one = f"({', '.join(['%s'] * len(WRITE_FIELDS))})"
     return (
         f"INSERT INTO {T} ({', '.join(WRITE_FIELDS)}) VALUES {', '.join([one] * rows)} "
-        f"ON CONFLICT (idempotency_key) DO UPDATE SET "
+        f"ON CONFLICT ({CONFLICT_TARGET}) DO UPDATE SET "
         + ", ".join(f"{c} = excluded.{c}" for c in CONFLICT_UPDATE_FIELDS)
         + f" RETURNING {_READ}"
     )

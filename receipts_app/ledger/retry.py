@@ -68,10 +68,10 @@ def atomic_retrying(work: Callable[[], T], *, attempts: int = ATTEMPTS) -> T:
             attempt += 1
 
 
-def lock_order() -> OrderBy:
-    """The order every multi-row writer locks receipts in: the idempotency key, compared as
-    the bulk upsert's Python ``sorted`` compares it (by code point: PostgreSQL's "C"
-    collation), whatever the database's own collation."""
+def lock_order() -> tuple[OrderBy, OrderBy]:
+    """The order every multi-row writer locks receipts in: the gateway, then the idempotency
+    key (unique within it), compared as the bulk upsert's Python ``sorted`` compares them (by
+    code point: PostgreSQL's "C" collation), whatever the database's own collation."""
     if connection.vendor == "postgresql":
-        return Collate(F("idempotency_key"), "C").asc()
-    return F("idempotency_key").asc()
+        return Collate(F("gateway_id"), "C").asc(), Collate(F("idempotency_key"), "C").asc()
+    return F("gateway_id").asc(), F("idempotency_key").asc()

@@ -6,14 +6,14 @@ cascades. A trigger runs inside the writing statement's transaction, so a count 
 disagree with the rows a committed transaction left behind.
 
 - PostgreSQL: statement-level triggers with transition tables. One statement (a 1,000-row bulk
-  upsert, a 1M-row COPY) appends one signed delta per (agent, scope, status) it touched, so no
+  upsert, a 1M-row COPY) appends one signed delta per (gateway, agent, scope, status) it touched, so no
   two writers ever update the same counter row (a hot row would make concurrent writers of one
   agent queue behind each other's commits). ``counts.fold_counts`` folds the deltas.
 - SQLite: row-level triggers that adjust one row per key in place (writers are serialised by
   the database lock anyway, so there is no contention to avoid).
 
 The statuses that feed the failure groups (``statuses.AT_RISK_STATUSES``) are frozen into the
-SQL by the migration that installs it (0014 now); a change of that list needs a migration that
+SQL by the migration that installs it (0017 now); a change of that list needs a migration that
 re-installs the triggers (``manage.py check_counts`` reports the drift until then).
 """
 
@@ -31,6 +31,9 @@ GROUPS = "receipts_app_failuregroupcount"
 MEMBERS = "receipts_app_failuregroupmember"
 SQLITE_COUNTS_KEY = "receipt_count_key_uniq"
 _INBOX_COLUMNS = "receipt_id, scope, status, reason, created_at, sign"
+# What a count row is per. The migrations that installed an older key pass it (frozen there):
+# each migration keeps the SQL of its own point in the history.
+KEY_COLUMNS: tuple[str, ...] = ("gateway_id", "agent_id", "scope", "status")
 
 
 def _in_list(statuses: Sequence[str]) -> str:
@@ -40,7 +43,9 @@ def _in_list(statuses: Sequence[str]) -> str:
     return "(" + ", ".join(f"'{s}'" for s in statuses) + ")"
 
 
-def postgres_functions(failure_statuses: Sequence[str]) -> list[str]:
+def postgres_functions(
+    failure_statuses: Sequence[str], key: Sequence[str] = KEY_COLUMNS
+) -> list[str]:
     """The trigger functions (``CREATE OR REPLACE``: a later migration re-runs them).
 
     Each body is one statement (the counts insert as a data-modifying CTE beside the inbox
@@ -48,14 +53,15 @@ def postgres_functions(failure_statuses: Sequence[str]) -> list[str]:
     single-row write was a measurable share of the whole write (docs/PERFORMANCE.md).
     """
     failed = _in_list(failure_statuses)
+    k = ", ".join(key)
     changed = "(o.scope, o.status, o.reason) IS DISTINCT FROM (n.scope, n.status, n.reason)"
     return [
         f"""
 CREATE OR REPLACE FUNCTION osq_receipts_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   WITH counted AS (
-    INSERT INTO {COUNTS} (agent_id, scope, status, n)
-    SELECT agent_id, scope, status, count(*) FROM new_rows GROUP BY agent_id, scope, status
+    INSERT INTO {COUNTS} ({k}, n)
+    SELECT {k}, count(*) FROM new_rows GROUP BY {k}
   )
   INSERT INTO {INBOX} ({_INBOX_COLUMNS})
   SELECT receipt_id, scope, status, reason, created_at, 1 FROM new_rows
@@ -66,11 +72,11 @@ END $$""",
 CREATE OR REPLACE FUNCTION osq_receipts_updated() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   WITH counted AS (
-    INSERT INTO {COUNTS} (agent_id, scope, status, n)
-    SELECT agent_id, scope, status, sum(n) FROM (
-      SELECT agent_id, scope, status, -1 AS n FROM old_rows
-      UNION ALL SELECT agent_id, scope, status, 1 FROM new_rows
-    ) AS d GROUP BY agent_id, scope, status HAVING sum(n) <> 0
+    INSERT INTO {COUNTS} ({k}, n)
+    SELECT {k}, sum(n) FROM (
+      SELECT {k}, -1 AS n FROM old_rows
+      UNION ALL SELECT {k}, 1 FROM new_rows
+    ) AS d GROUP BY {k} HAVING sum(n) <> 0
   )
   INSERT INTO {INBOX} ({_INBOX_COLUMNS})
   SELECT o.receipt_id, o.scope, o.status, o.reason, o.created_at, -1
@@ -84,8 +90,8 @@ END $$""",
 CREATE OR REPLACE FUNCTION osq_receipts_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   WITH counted AS (
-    INSERT INTO {COUNTS} (agent_id, scope, status, n)
-    SELECT agent_id, scope, status, -count(*) FROM old_rows GROUP BY agent_id, scope, status
+    INSERT INTO {COUNTS} ({k}, n)
+    SELECT {k}, -count(*) FROM old_rows GROUP BY {k}
   )
   INSERT INTO {INBOX} ({_INBOX_COLUMNS})
   SELECT receipt_id, scope, status, reason, created_at, -1 FROM old_rows
@@ -104,9 +110,11 @@ END $$""",
     ]
 
 
-def postgres_install(failure_statuses: Sequence[str]) -> list[str]:
+def postgres_install(
+    failure_statuses: Sequence[str], key: Sequence[str] = KEY_COLUMNS
+) -> list[str]:
     return [
-        *postgres_functions(failure_statuses),
+        *postgres_functions(failure_statuses, key),
         f"CREATE TRIGGER osq_receipts_inserted AFTER INSERT ON {T} REFERENCING NEW TABLE AS "
         "new_rows FOR EACH STATEMENT EXECUTE FUNCTION osq_receipts_inserted()",
         f"CREATE TRIGGER osq_receipts_updated AFTER UPDATE ON {T} REFERENCING OLD TABLE AS "
@@ -126,11 +134,12 @@ def postgres_uninstall() -> list[str]:
     return out
 
 
-def _sqlite_bump(row: str, delta: str) -> str:
+def _sqlite_bump(row: str, delta: str, key: Sequence[str]) -> str:
+    k = ", ".join(key)
+    values = ", ".join(f"{row}.{c}" for c in key)
     return (
-        f"INSERT INTO {COUNTS} (agent_id, scope, status, n) "
-        f"VALUES ({row}.agent_id, {row}.scope, {row}.status, {delta}) "
-        f"ON CONFLICT (agent_id, scope, status) DO UPDATE SET n = n + excluded.n;"
+        f"INSERT INTO {COUNTS} ({k}, n) VALUES ({values}, {delta}) "
+        f"ON CONFLICT ({k}) DO UPDATE SET n = n + excluded.n;"
     )
 
 
@@ -142,25 +151,23 @@ def _sqlite_inbox(row: str, sign: str, failed: str, extra: str = "") -> str:
     )
 
 
-def sqlite_install(failure_statuses: Sequence[str]) -> list[str]:
+def sqlite_install(failure_statuses: Sequence[str], key: Sequence[str] = KEY_COLUMNS) -> list[str]:
     failed = _in_list(failure_statuses)
-    key_moved = (
-        "OLD.agent_id IS NOT NEW.agent_id OR OLD.scope IS NOT NEW.scope "
-        "OR OLD.status IS NOT NEW.status"
-    )
+    k = ", ".join(key)
+    key_moved = " OR ".join(f"OLD.{c} IS NOT NEW.{c}" for c in key)
     group_moved = "(OLD.scope IS NOT NEW.scope OR OLD.status IS NOT NEW.status OR OLD.reason IS NOT NEW.reason)"
     return [
-        f"CREATE UNIQUE INDEX IF NOT EXISTS {SQLITE_COUNTS_KEY} ON {COUNTS} (agent_id, scope, status)",
+        f"CREATE UNIQUE INDEX IF NOT EXISTS {SQLITE_COUNTS_KEY} ON {COUNTS} ({k})",
         f"CREATE TRIGGER osq_receipts_inserted AFTER INSERT ON {T} BEGIN "
-        f"{_sqlite_bump('NEW', '1')} {_sqlite_inbox('NEW', '1', failed)} END",
-        f"CREATE TRIGGER osq_receipts_counted_update AFTER UPDATE OF agent_id, scope, status "
+        f"{_sqlite_bump('NEW', '1', key)} {_sqlite_inbox('NEW', '1', failed)} END",
+        f"CREATE TRIGGER osq_receipts_counted_update AFTER UPDATE OF {k} "
         f"ON {T} WHEN {key_moved} BEGIN "
-        f"{_sqlite_bump('OLD', '-1')} {_sqlite_bump('NEW', '1')} END",
+        f"{_sqlite_bump('OLD', '-1', key)} {_sqlite_bump('NEW', '1', key)} END",
         f"CREATE TRIGGER osq_receipts_failure_update AFTER UPDATE OF scope, status, reason "
         f"ON {T} WHEN {group_moved} AND (OLD.status IN {failed} OR NEW.status IN {failed}) BEGIN "
         f"{_sqlite_inbox('OLD', '-1', failed)} {_sqlite_inbox('NEW', '1', failed)} END",
         f"CREATE TRIGGER osq_receipts_deleted AFTER DELETE ON {T} BEGIN "
-        f"{_sqlite_bump('OLD', '-1')} {_sqlite_inbox('OLD', '-1', failed)} END",
+        f"{_sqlite_bump('OLD', '-1', key)} {_sqlite_inbox('OLD', '-1', failed)} END",
     ]
 
 
@@ -171,14 +178,14 @@ def sqlite_uninstall() -> list[str]:
     ]
 
 
-def backfill() -> list[str]:
+def backfill(key: Sequence[str] = KEY_COLUMNS) -> list[str]:
     """Counts and inbox for the rows already in the table (run with writers locked out)."""
+    k = ", ".join(key)
     return [
         f"DELETE FROM {COUNTS}",
         f"DELETE FROM {INBOX}",
         f"DELETE FROM {GROUPS}",
-        f"INSERT INTO {COUNTS} (agent_id, scope, status, n) "
-        f"SELECT agent_id, scope, status, count(*) FROM {T} GROUP BY agent_id, scope, status",
+        f"INSERT INTO {COUNTS} ({k}, n) SELECT {k}, count(*) FROM {T} GROUP BY {k}",
     ]
 
 
@@ -196,11 +203,13 @@ def lock_writers(vendor: str) -> list[str]:
     return []
 
 
-def install(vendor: str, failure_statuses: Sequence[str]) -> list[str]:
+def install(
+    vendor: str, failure_statuses: Sequence[str], key: Sequence[str] = KEY_COLUMNS
+) -> list[str]:
     if vendor == "postgresql":
-        return postgres_install(failure_statuses)
+        return postgres_install(failure_statuses, key)
     if vendor == "sqlite":
-        return sqlite_install(failure_statuses)
+        return sqlite_install(failure_statuses, key)
     raise NotImplementedError(f"receipt count triggers for {vendor}")
 
 

@@ -184,7 +184,7 @@ def _archive(agent: str, session_key: str, text: str, fallback: Path) -> tuple[s
 
 
 def _ledger_row(key: str, report: DemoReport, build: Callable[[], dict[str, Any]]) -> None:
-    if MemoryDurableReceipt.objects.filter(idempotency_key=key).exists():
+    if MemoryDurableReceipt.objects.here().filter(idempotency_key=key).exists():
         report.note(False, key)
         return
     ledger.upsert_memory_durable_receipt(MemoryDurableReceipt(idempotency_key=key, **build()))

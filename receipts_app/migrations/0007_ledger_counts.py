@@ -12,14 +12,16 @@ FAILURE_STATUSES = (
     "receipt_orphaned",
     "hash_mismatch",
 )
+# The count key as of this migration (0017 adds the gateway).
+COUNT_KEY = ("agent_id", "scope", "status")
 
 
 def install_triggers(apps, schema_editor):
     vendor = schema_editor.connection.vendor
     statements = [
         *triggers.lock_writers(vendor),
-        *triggers.install(vendor, FAILURE_STATUSES),
-        *triggers.backfill(),
+        *triggers.install(vendor, FAILURE_STATUSES, COUNT_KEY),
+        *triggers.backfill(COUNT_KEY),
         triggers.backfill_inbox(FAILURE_STATUSES),
     ]
     for sql in statements:

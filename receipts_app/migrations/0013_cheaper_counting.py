@@ -13,13 +13,15 @@ from django.db import migrations, models
 from receipts_app.ledger import triggers
 
 # The failure statuses 0007 froze into the triggers: unchanged, so the same list.
-FAILURE_STATUSES = import_module("receipts_app.migrations.0007_ledger_counts").FAILURE_STATUSES
+_0007 = import_module("receipts_app.migrations.0007_ledger_counts")
+FAILURE_STATUSES = _0007.FAILURE_STATUSES
+COUNT_KEY = _0007.COUNT_KEY
 
 
 def replace_functions(apps, schema_editor):
     if schema_editor.connection.vendor != "postgresql":
         return
-    for sql in triggers.postgres_functions(FAILURE_STATUSES):
+    for sql in triggers.postgres_functions(FAILURE_STATUSES, COUNT_KEY):
         schema_editor.execute(sql, params=None)
 
 

@@ -21,12 +21,11 @@ from django.db import migrations, models
 from receipts_app.failure_groups import fingerprint_reason
 from receipts_app.ledger import triggers
 
+_0007 = import_module("receipts_app.migrations.0007_ledger_counts")
 # Frozen here: the statuses at risk as of this migration (0007's failure statuses, and
-# requeued checkpoints).
-AT_RISK_STATUSES = (
-    *import_module("receipts_app.migrations.0007_ledger_counts").FAILURE_STATUSES,
-    "checkpoint_requeued",
-)
+# requeued checkpoints), and the count key (0007's; 0017 adds the gateway).
+AT_RISK_STATUSES = (*_0007.FAILURE_STATUSES, "checkpoint_requeued")
+COUNT_KEY = _0007.COUNT_KEY
 _T = "receipts_app_memorydurablereceipt"
 
 
@@ -38,9 +37,9 @@ def regroup(apps, schema_editor):
         for sql in triggers.lock_writers(vendor):
             cur.execute(sql)
         if vendor == "postgresql":
-            statements = triggers.postgres_functions(AT_RISK_STATUSES)
+            statements = triggers.postgres_functions(AT_RISK_STATUSES, COUNT_KEY)
         else:
-            statements = [*triggers.uninstall(vendor), *triggers.install(vendor, AT_RISK_STATUSES)]
+            statements = [*triggers.uninstall(vendor), *triggers.install(vendor, AT_RISK_STATUSES, COUNT_KEY)]
         for sql in statements:
             cur.execute(sql)
         for table in (
@@ -82,9 +81,9 @@ def ungroup(apps, schema_editor):
     vendor = schema_editor.connection.vendor
     failure_statuses = AT_RISK_STATUSES[:-1]  # 0007's list
     if vendor == "postgresql":
-        statements = triggers.postgres_functions(failure_statuses)
+        statements = triggers.postgres_functions(failure_statuses, COUNT_KEY)
     else:
-        statements = [*triggers.uninstall(vendor), *triggers.install(vendor, failure_statuses)]
+        statements = [*triggers.uninstall(vendor), *triggers.install(vendor, failure_statuses, COUNT_KEY)]
     with schema_editor.connection.cursor() as cur:
         for sql in statements:
             cur.execute(sql)

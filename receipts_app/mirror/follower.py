@@ -21,11 +21,14 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
 from opensquilla_site.timeutil import now_ms
+from sessions_app.gateways import DEFAULT_GATEWAY, Gateway, using_gateway
 
 from .. import audit
 from ..importer import ImportReport, ImportSourceError
 from ..importer.rows import FileFacts
+from ..importer.service import check_gateway_name, record_gateway_seen
 from ..importer.source import SourceDatabase
+from ..importer.targets import file_targets
 from .models import MirrorSource
 from .reconcile import reconcile
 from .state import HEARTBEAT_MS
@@ -69,7 +72,11 @@ class Follower:
         owner: str | None = None,
         progress: Callable[[str, int, int], None] | None = None,
         busy_timeout: float = 2.0,
+        gateway: str = DEFAULT_GATEWAY,
     ) -> None:
+        # Every row this follower applies belongs to ``gateway`` (sessions_app.gateways): each
+        # poll runs inside using_gateway, and the source is keyed by (gateway, path).
+        self.gateway = check_gateway_name(gateway)
         self.path = Path(db_path).expanduser().resolve()
         self.targets = Targets(
             workspace=Path(workspace).expanduser() if workspace else None,
@@ -116,6 +123,10 @@ class Follower:
         log.info("mirror: stopped following %s", self.path)
 
     def poll(self) -> str:
+        with using_gateway(self.gateway):
+            return self._poll()
+
+    def _poll(self) -> str:
         try:
             changed = self.watch.changed()  # opens, or reopens a replaced/rewritten file
             db = self.watch.db
@@ -169,7 +180,10 @@ class Follower:
     # --- steps ------------------------------------------------------------------------------
 
     def _source_row(self) -> MirrorSource:
-        src, _ = MirrorSource.objects.get_or_create(path=str(self.path))
+        Gateway.objects.get_or_create(
+            name=self.gateway, defaults={"display_name": self.gateway, "source": str(self.path)}
+        )
+        src, _ = MirrorSource.objects.get_or_create(gateway_id=self.gateway, path=str(self.path))
         workspace = str(self.targets.workspace or "")
         if src.workspace != workspace or src.interval_seconds != self.interval:
             src.workspace = workspace
@@ -182,6 +196,7 @@ class Follower:
         identity = self.watch.identity
         db = self.watch.db
         assert db is not None
+        record_gateway_seen(self.gateway, db)
         with transaction.atomic():
             src = lock_source(self.source_id, self.owner, self.lease_ms)
             fields = ["lease_owner", "lease_until"]
@@ -317,6 +332,7 @@ class Follower:
                     },
                 )
             src.save()
+            Gateway.objects.filter(name=self.gateway).update(last_seen_at=now)
         for warning in result.report.warnings:
             log.warning("mirror: %s", warning)
         self._problem = None
@@ -348,6 +364,7 @@ class Follower:
                     "lease_until",
                 ]
             )
+            Gateway.objects.filter(name=self.gateway).update(last_seen_at=now)
         self._last_heartbeat = now
 
     def _record_unexpected(self, exc: Exception) -> None:
@@ -387,13 +404,17 @@ def build_follower(
     memory_workspace: str | None = None,
     interval: float | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    gateway: str = DEFAULT_GATEWAY,
 ) -> Follower:
     """A follower configured like the one-shot import (docs/IMPORT.md "Files"): checkpoint files
-    to ``target_workspace`` or ``OPENSQUILLA_CHECKPOINT_WORKSPACE``, raw archives to the memory
-    workspace. Raises ``ImportSourceError`` when files would have nowhere to go."""
-    checkpoint_root = target_workspace or getattr(
-        settings, "OPENSQUILLA_CHECKPOINT_WORKSPACE", None
+    to ``target_workspace`` or the gateway's root under ``OPENSQUILLA_CHECKPOINT_WORKSPACE``,
+    raw archives to the memory workspace. Raises ``ImportSourceError`` when files would have
+    nowhere to go or ``gateway`` is not a slug."""
+    gateway = check_gateway_name(gateway)
+    targets = file_targets(
+        gateway, target_workspace=target_workspace, memory_workspace=memory_workspace
     )
+    checkpoint_root = targets.checkpoint_root
     if workspace is not None and not checkpoint_root:
         raise ImportSourceError(
             "no target workspace: set OPENSQUILLA_CHECKPOINT_WORKSPACE or pass --target-workspace"
@@ -403,10 +424,11 @@ def build_follower(
     return Follower(
         db_path=db_path,
         workspace=workspace,
-        checkpoint_root=Path(checkpoint_root) if checkpoint_root else None,
-        memory_template=memory_workspace or getattr(settings, "OPENSQUILLA_MEMORY_WORKSPACE", None),
+        checkpoint_root=checkpoint_root,
+        memory_template=targets.memory_template,
         interval=interval or float(getattr(settings, "OPENSQUILLA_MIRROR_INTERVAL", 1.0)),
         progress=progress,
+        gateway=gateway,
     )
 
 

@@ -11,12 +11,17 @@ from __future__ import annotations
 from django.db import models
 
 from opensquilla_site.timeutil import now_ms
+from sessions_app.gateways import gateway_field
 
 
 class MirrorSource(models.Model):
-    """One followed ``sessions.db``: cursor, lease and the state operators see."""
+    """One followed ``sessions.db`` of one gateway: cursor, lease and the state operators see.
 
-    path = models.TextField(unique=True)  # resolved absolute path
+    Keyed by (gateway, path): two Docker hosts both at /var/lib/opensquilla/state/sessions.db
+    are two sources with their own cursor and lease."""
+
+    gateway = gateway_field()
+    path = models.TextField()  # resolved absolute path
     workspace = models.TextField(blank=True, default="")
     # The file the cursor belongs to: st_dev/st_ino plus SQLite's application_id. When they
     # change the file was replaced and the cursor starts again (rows dedupe, nothing is lost).
@@ -50,7 +55,10 @@ class MirrorSource(models.Model):
     created_at = models.BigIntegerField(default=now_ms)
 
     class Meta:
-        ordering = ["path"]
+        ordering = ["gateway_id", "path"]
+        constraints = [
+            models.UniqueConstraint(fields=["gateway", "path"], name="mirror_source_gateway_path")
+        ]
 
     def __str__(self) -> str:
         return self.path

@@ -70,8 +70,10 @@ def reconcile(*, source_id: int, db: SourceDatabase, owner: str, lease_ms: int) 
 
 def _record_gone(keys: list[str], source: str, stamp: int) -> None:
     for chunk in _chunks(keys):
-        rows = MemoryDurableReceipt.objects.filter(idempotency_key__in=chunk).values_list(
-            "receipt_id", "session_key", "status"
+        rows = (
+            MemoryDurableReceipt.objects.here()
+            .filter(idempotency_key__in=chunk)
+            .values_list("receipt_id", "session_key", "status")
         )
         audit.record_events(
             [

@@ -26,3 +26,4 @@ class MirrorStateOut(Schema):
     sessions_gone: int
     receipts_gone: int
     follower: str
+    gateway: str = "local"  # the gateway the source's rows belong to

@@ -7,15 +7,16 @@ last recorded state says (a killed process records nothing).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.db.models import Count, IntegerField, Model, OuterRef, Subquery
 
 from opensquilla_site.timeutil import now_ms
+from sessions_app.gateways import gateway_scope
 
+from ..importer import ImportSourceError
 from .models import MirroredReceipt, MirroredSession, MirrorSource
+from .sources import ConfiguredSource, configured_sources
 
 HEARTBEAT_MS = 10_000
 MIN_STALE_MS = 30_000
@@ -67,9 +68,11 @@ def _lag_seconds(lag_ms: int | None, behind_ms: int | None, status: str) -> floa
     return max(candidates) / 1000 if candidates else None
 
 
-def _configured_source() -> str | None:
-    configured = getattr(settings, "OPENSQUILLA_SOURCE_DB", None)
-    return str(Path(configured).expanduser().resolve()) if configured else None
+def _configured() -> list[ConfiguredSource]:
+    try:
+        return configured_sources()
+    except ImportSourceError:
+        return []  # run_mirror reports the bad setting; the overview shows what runs
 
 
 def mirror_states() -> list[dict[str, Any]]:
@@ -83,14 +86,21 @@ def mirror_states() -> list[dict[str, Any]]:
     larger of it and ``behind_ms``: what /metrics and alerts read), ``checked_at`` (the
     follower's last look at its source, = heartbeat), ``error``, ``error_code``, ``error_since``,
     ``warning``, ``rows_applied``, ``sessions_gone``, ``receipts_gone``, ``follower`` (lease
-    holder). Times are epoch ms, None when unknown. One query.
+    holder), ``gateway`` (the name its rows belong to). Times are epoch ms, None when unknown.
+    One query.
     """
     now = now_ms()
+    scope = gateway_scope()  # every gateway's sources unless an edge chose one
+    followed = (
+        MirrorSource.objects.all()
+        if scope is None
+        else MirrorSource.objects.filter(gateway_id=scope)
+    )
     sources = list(
-        MirrorSource.objects.annotate(
+        followed.annotate(
             n_sessions_gone=_gone_count(MirroredSession),
             n_receipts_gone=_gone_count(MirroredReceipt),
-        ).order_by("path")
+        ).order_by("gateway_id", "path")
     )
     states = [
         {
@@ -116,19 +126,25 @@ def mirror_states() -> list[dict[str, Any]]:
             "sessions_gone": getattr(src, "n_sessions_gone", 0) or 0,
             "receipts_gone": getattr(src, "n_receipts_gone", 0) or 0,
             "follower": src.lease_owner,
+            "gateway": src.gateway_id,
         }
         for src in sources
     ]
-    configured = _configured_source()
-    if configured and configured not in {s["source"] for s in states}:
-        states.insert(0, _never_started(configured))
+    started = {(s["gateway"], s["source"]) for s in states}
+    for configured in reversed(_configured()):
+        if scope is not None and configured.gateway != scope:
+            continue
+        path = str(configured.db_path.expanduser().resolve())
+        if (configured.gateway, path) not in started:
+            states.insert(0, _never_started(configured, path))
     return states
 
 
-def _never_started(path: str) -> dict[str, Any]:
+def _never_started(configured: ConfiguredSource, path: str) -> dict[str, Any]:
     return {
         "source": path,
-        "workspace": str(getattr(settings, "OPENSQUILLA_SOURCE_WORKSPACE", None) or ""),
+        "gateway": configured.gateway,
+        "workspace": str(configured.workspace or ""),
         "status": STOPPED,
         "healthy": False,
         "phase": "starting",
@@ -139,7 +155,12 @@ def _never_started(path: str) -> dict[str, Any]:
         "behind_ms": None,
         "lag_seconds": None,
         "checked_at": None,
-        "error": "OPENSQUILLA_SOURCE_DB is set but no follower has started "
+        "error": (
+            "OPENSQUILLA_SOURCE_DB is set"
+            if configured.gateway == "local"
+            else f"OPENSQUILLA_SOURCES names gateway {configured.gateway}"
+        )
+        + " but no follower has started "
         "(run `manage.py run_mirror`, or `make run`)",
         "error_code": "not_started",
         "error_since": None,

@@ -321,9 +321,9 @@ class SyncPass:
         if not moved:
             return
         local = dict(
-            MemoryDurableReceipt.objects.filter(
-                idempotency_key__in=[c.values["idempotency_key"] for c in moved]
-            ).values_list("idempotency_key", "receipt_id")
+            MemoryDurableReceipt.objects.here()
+            .filter(idempotency_key__in=[c.values["idempotency_key"] for c in moved])
+            .values_list("idempotency_key", "receipt_id")
         )
         audit.record_events(
             [

@@ -61,7 +61,7 @@ def requeue_batch(
                 RowFacts._make,
                 MemoryDurableReceipt.objects.select_for_update()
                 .filter(pk__in=[pk for pk, _rid in targets])
-                .order_by(lock_order())
+                .order_by(*lock_order())
                 .values_list(*ROW_FACT_FIELDS),
             )
         }

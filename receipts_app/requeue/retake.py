@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from opensquilla_site.exceptions import GenerationChanged
+from sessions_app.gateways import using_gateway
 
 from .. import audit, ledger
 from ..checkpoint import DEFAULT_SOURCE
@@ -28,6 +29,13 @@ def retake_checkpoint(
     row = MemoryDurableReceipt.objects.filter(receipt_id=requeued_receipt_id).first()
     if row is None:
         return {"receipt_id": None, "status": "not_found", "requeue_of": requeued_receipt_id}
+    # The retake acts in the row's own gateway: its session, its fence, its new receipt.
+    with using_gateway(row.gateway_id):
+        return _retake(row, turn_id=turn_id, source=source)
+
+
+def _retake(row: MemoryDurableReceipt, *, turn_id: str | None, source: str) -> dict[str, Any]:
+    requeued_receipt_id = row.receipt_id
     if row.status != CHECKPOINT_REQUEUED:
         return {
             "receipt_id": row.resolved_by_receipt_id or row.receipt_id,

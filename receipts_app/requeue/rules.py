@@ -14,6 +14,7 @@ from django.db.models import OuterRef, Subquery
 from django.db.models.functions import Coalesce
 
 from opensquilla_site import timeutil
+from sessions_app.gateways import using_gateway
 from sessions_app.models import Session
 
 from ..ledger import live_session_id
@@ -44,6 +45,7 @@ class Outcome(StrEnum):
 
 def _superseding_filter(receipt: Receipt) -> dict[str, Any]:
     return {
+        "gateway_id": receipt.gateway_id,
         "session_key": receipt.session_key,
         "session_id": receipt.session_id,
         "scope": "checkpoint",
@@ -82,8 +84,8 @@ def _fence_reason(receipt: Receipt, live: str | None) -> str | None:
 class RowFacts(NamedTuple):
     """A row's columns the plans use, without building a model instance.
 
-    The rules read the first nine; plan execution also needs the stamp its compare-and-set
-    pins and the turn a requeued checkpoint retakes.
+    The rules read the first nine and the gateway; plan execution also needs the stamp its
+    compare-and-set pins and the turn a requeued checkpoint retakes.
     """
 
     pk: int
@@ -97,6 +99,7 @@ class RowFacts(NamedTuple):
     next_retry_at_ms: int | None
     updated_at: int
     turn_id: str | None
+    gateway_id: str
 
 
 ROW_FACT_FIELDS = ("pk", *RowFacts._fields[1:])
@@ -111,8 +114,8 @@ class RequeueContext(Protocol):
     def superseded_by(self, receipt: Receipt) -> str | None:
         """receipt_id of the saved checkpoint that supersedes a failed one, if any."""
 
-    def live_session_id(self, session_key: str) -> str | None:
-        """The live generation of ``session_key``; None when the session is gone."""
+    def live_session_id(self, receipt: Receipt) -> str | None:
+        """The live generation of the receipt's session; None when the session is gone."""
 
 
 class _OnDemand:
@@ -122,8 +125,9 @@ class _OnDemand:
         saved = find_superseding_checkpoint(receipt)
         return saved.receipt_id if saved is not None else None
 
-    def live_session_id(self, session_key: str) -> str | None:
-        return live_session_id(session_key)
+    def live_session_id(self, receipt: Receipt) -> str | None:
+        with using_gateway(receipt.gateway_id):
+            return live_session_id(receipt.session_key)
 
 
 ON_DEMAND: RequeueContext = _OnDemand()
@@ -140,12 +144,14 @@ class BatchContext:
 
     def __init__(self, rows: Iterable[Receipt]) -> None:
         failed = [r for r in rows if r.status == CHECKPOINT_FAILED]
-        self._live: dict[str, str | None] = {}
+        # By (gateway, session key): a batch may span gateways, whose keys overlap.
+        self._live: dict[tuple[str, str], str | None] = {}
         self._saved: dict[int, str | None] = {}
         if not failed:
             return
         best = (
             MemoryDurableReceipt.objects.filter(
+                gateway_id=OuterRef("gateway_id"),
                 session_key=OuterRef("session_key"),
                 session_id=OuterRef("session_id"),
                 scope="checkpoint",
@@ -157,15 +163,17 @@ class BatchContext:
             .order_by(*_SUPERSEDING_ORDER)
             .values("receipt_id")[:1]
         )
-        live = Session.objects.filter(session_key=OuterRef("session_key")).values("session_id")
+        live = Session.objects.filter(
+            gateway_id=OuterRef("gateway_id"), session_key=OuterRef("session_key")
+        ).values("session_id")
         found = (
             MemoryDurableReceipt.objects.filter(pk__in=[r.pk for r in failed])
             .annotate(saved_id=Subquery(best), live_id=Subquery(live[:1]))
-            .values_list("pk", "session_key", "saved_id", "live_id")
+            .values_list("pk", "gateway_id", "session_key", "saved_id", "live_id")
         )
-        for pk, session_key, saved_id, live_id in found:
+        for pk, gateway, session_key, saved_id, live_id in found:
             self._saved[pk] = saved_id
-            self._live[session_key] = live_id
+            self._live[(gateway, session_key)] = live_id
 
     # A row outside the batch (or deleted since it was read) is looked up directly.
     def superseded_by(self, receipt: Receipt) -> str | None:
@@ -173,10 +181,11 @@ class BatchContext:
             return ON_DEMAND.superseded_by(receipt)
         return self._saved[receipt.pk]
 
-    def live_session_id(self, session_key: str) -> str | None:
-        if session_key not in self._live:
-            return ON_DEMAND.live_session_id(session_key)
-        return self._live[session_key]
+    def live_session_id(self, receipt: Receipt) -> str | None:
+        key = (receipt.gateway_id, receipt.session_key)
+        if key not in self._live:
+            return ON_DEMAND.live_session_id(receipt)
+        return self._live[key]
 
 
 def _is_due(receipt: Receipt, now: int) -> bool:
@@ -222,7 +231,7 @@ def decide_requeue(
         saved_id = context.superseded_by(receipt)
         if saved_id is not None:
             return Outcome.SUPERSEDED, f"superseded by {saved_id}", saved_id
-        fence = _fence_reason(receipt, context.live_session_id(receipt.session_key))
+        fence = _fence_reason(receipt, context.live_session_id(receipt))
         if fence is not None:
             return Outcome.FENCED, fence, None
         return Outcome.REQUEUED, "a new checkpoint of the live session will be taken", None

@@ -49,10 +49,12 @@ def _sweep_checkpoints(now_ms: int) -> list[str]:
             status=CHECKPOINT_REQUEUED, updated_at__lte=now_ms - LOST_AFTER_MS
         )
         .order_by("updated_at", "id")
-        .values_list("pk", "receipt_id", "session_key", "turn_id", "updated_at")[:SWEEP_LIMIT]
+        .values_list("pk", "receipt_id", "session_key", "turn_id", "updated_at", "gateway_id")[
+            :SWEEP_LIMIT
+        ]
     )
     resent: list[str] = []
-    for pk, receipt_id, session_key, turn_id, updated_at in stranded:
+    for pk, receipt_id, session_key, turn_id, updated_at, gateway in stranded:
         with transaction.atomic():
             claimed = MemoryDurableReceipt.objects.filter(
                 pk=pk, status=CHECKPOINT_REQUEUED, updated_at=updated_at
@@ -61,7 +63,11 @@ def _sweep_checkpoints(now_ms: int) -> list[str]:
                 continue
             task_id = enqueue.send(
                 enqueue.checkpoint_message(
-                    session_key, turn_id=turn_id, requeue_of=receipt_id, source=DEFAULT_SOURCE
+                    session_key,
+                    turn_id=turn_id,
+                    requeue_of=receipt_id,
+                    source=DEFAULT_SOURCE,
+                    gateway=gateway,
                 )
             )
             audit.record_event(

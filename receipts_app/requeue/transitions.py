@@ -52,7 +52,11 @@ def requeue_transition(
         return None
     if row.status == CHECKPOINT_FAILED:
         message = enqueue.checkpoint_message(
-            row.session_key, turn_id=row.turn_id, requeue_of=row.receipt_id, source=DEFAULT_SOURCE
+            row.session_key,
+            turn_id=row.turn_id,
+            requeue_of=row.receipt_id,
+            source=DEFAULT_SOURCE,
+            gateway=row.gateway_id,
         )
         return Transition(CHECKPOINT_REQUEUED, (("resolved_by_receipt_id", None),), message)
     if row.status in TERMINAL_REPAIR_STATUSES or row.status in REPAIR_QUEUE_STATUSES:

@@ -331,3 +331,25 @@ def test_admin_lists_show_times_as_dates(admin_web):
     ).content.decode()
     assert ms_text(tried.attempted_at) in page and ms_text(delivery.created_at) in page
     assert str(tried.attempted_at) not in page
+
+
+def test_admin_delete_removes_the_session_of_its_own_gateway(admin_web):
+    """A session key is unique only within a gateway: deleting ``edge``'s session from the
+    admin leaves ``local``'s session of the same key, and its ledger, in place."""
+    from sessions_app.gateways import ensure_gateway, using_gateway
+
+    key = "agent:main:webchat:shared"
+    ensure_gateway("edge")
+    local, local_receipt = _session_with_ledger(key)
+    with using_gateway("edge"):
+        edge, edge_receipt = _session_with_ledger(key)
+    url = reverse("admin:sessions_app_session_delete", args=[edge.pk])
+    assert "Transcript entries: 2" in admin_web.get(url).content.decode()
+    admin_web.post(url, {"post": "yes"}, follow=True)
+
+    assert not Session.objects.filter(pk=edge.pk).exists()
+    assert not MemoryDurableReceipt.objects.filter(pk=edge_receipt.pk).exists()
+    assert not TranscriptEntry.objects.filter(gateway_id="edge").exists()
+    assert Session.objects.filter(pk=local.pk).exists()
+    assert MemoryDurableReceipt.objects.filter(pk=local_receipt.pk).exists()
+    assert TranscriptEntry.objects.filter(gateway_id="local", session_key=key).count() == 2

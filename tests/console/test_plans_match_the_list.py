@@ -166,3 +166,27 @@ def test_a_group_that_no_longer_exists_is_a_message(operator_client):
     assert response.status_code == 409
     assert "no failed receipts any more" in response.content.decode()
     assert not RequeuePlan.objects.exists()
+
+
+def test_a_failure_group_plan_stays_in_its_gateway(operator_client):
+    """One agent's error on two gateways is two groups; the edge group's plan holds the edge
+    rows only and freezes the gateway with its filter."""
+    from sessions_app.gateways import ensure_gateway, using_gateway
+
+    ensure_gateway("edge")
+    for _ in range(2):
+        _failed("alpha", "provider_failed_archived after 3 tries")
+    with using_gateway("edge"):
+        edge_ids = {_failed("alpha", "provider_failed_archived after 3 tries").receipt_id}
+    overview = _overview_after_fold(operator_client)
+    forms = [
+        f
+        for f in forms_posting_to(overview, reverse("receipts:plan_from_group"))
+        if ("group_gateway", "edge") in set(f.fields)
+    ]
+    assert len(forms) == 1 and "Requeue 2 receipts…" in overview
+    response = operator_client.post(forms[0].attrs["action"], forms[0].data(note="edge only"))
+    assert response.status_code == 302
+    plan = RequeuePlan.objects.get()
+    assert plan.total == 1 and set(plan.receipt_ids) == edge_ids
+    assert plan.filters["gateway"] == "edge"

@@ -140,9 +140,8 @@ def test_the_live_mirror_shows_on_liveness_and_in_metrics(viewer, fs_broker, rea
     assert "/srv/opensquilla/sessions.db" in html
     assert "No mirror is running" not in html
     metrics = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {read_token}")
-    assert 'opensquilla_mirror_lag_seconds{source="/srv/opensquilla/sessions.db"}' in (
-        metrics.content.decode()
-    )
+    lag = 'opensquilla_mirror_lag_seconds{gateway="local",source="/srv/opensquilla/sessions.db"}'
+    assert lag in (metrics.content.decode())
 
 
 def test_liveness_shows_each_supervised_process_and_its_restarts(viewer, settings, tmp_path):

@@ -35,6 +35,10 @@ def fine() -> str:
     return "ok"
 
 
+# Every receipts series names its gateway; rows written without one are local's.
+LOCAL = ("gateway", "local")
+
+
 def scrape(token: str, **extra) -> dict[str, dict[tuple, float]]:
     response = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {token}", **extra)
     assert response.status_code == 200, response.content
@@ -95,12 +99,20 @@ def test_receipts_backlog_and_risk_per_agent(read_token):
     samples = scrape(read_token)
     receipts = samples["opensquilla_receipts"]
     assert (
-        receipts[(("agent", "main"), ("scope", "checkpoint"), ("status", "checkpoint_saved"))] == 2
+        receipts[
+            (("agent", "main"), LOCAL, ("scope", "checkpoint"), ("status", "checkpoint_saved"))
+        ]
+        == 2
     )
     assert (
-        receipts[(("agent", "main"), ("scope", "checkpoint"), ("status", "checkpoint_failed"))] == 1
+        receipts[
+            (("agent", "main"), LOCAL, ("scope", "checkpoint"), ("status", "checkpoint_failed"))
+        ]
+        == 1
     )
-    assert receipts[(("agent", "ops"), ("scope", "repair"), ("status", "repair_pending"))] == 2
+    assert (
+        receipts[(("agent", "ops"), LOCAL, ("scope", "repair"), ("status", "repair_pending"))] == 2
+    )
     assert samples["opensquilla_repair_backlog"][(("agent", "ops"),)] == 2
     assert samples["opensquilla_repair_backlog"][(("agent", "main"),)] == 0
     # Only the repair that is due has an age; the one waiting on its backoff does not count.

@@ -218,3 +218,25 @@ def test_only_one_postgres_folder_works_at_a_time(require_postgres):
         thread.join()
     assert failure_groups.fold_all() == 1
     _stored_is_exact()
+
+
+def test_the_same_error_on_two_gateways_is_two_groups():
+    """Failure groups are per gateway, as the counts are: one agent's error on two gateways
+    is two groups, each listing and planning only its own gateway's rows."""
+    from sessions_app.gateways import ensure_gateway, using_gateway
+
+    ensure_gateway("edge")
+    for _ in range(2):
+        _failed("alpha", "disk full at /srv/a.jsonl")
+    with using_gateway("edge"):
+        _failed("alpha", "disk full at /srv/b.jsonl")
+    failure_groups.fold_all()
+    groups = {(g.gateway_id, g.agent_id): g for g in read_failure_groups().groups}
+    assert {k: g.count for k, g in groups.items()} == {("local", "alpha"): 2, ("edge", "alpha"): 1}
+    for (gateway, _agent), group in groups.items():
+        rows = filter_receipts(ReceiptFilter.from_params(group.filter_params))
+        assert {r.gateway_id for r in rows} == {gateway} and rows.count() == group.count
+    assert set(FailureGroupMember.objects.values_list("gateway_id", flat=True)) == {"local", "edge"}
+    with using_gateway("edge"):  # a list scoped to one gateway shows only its groups
+        assert [(g.gateway_id, g.count) for g in read_failure_groups().groups] == [("edge", 1)]
+    _stored_is_exact()

@@ -49,7 +49,7 @@ from operations_app.models import (
 from receipts_app.audit import Actor
 from receipts_app.models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
 from receipts_app.requeue import create_requeue_plan
-from sessions_app.models import Session, TranscriptEntry
+from sessions_app.models import Gateway, Session, TranscriptEntry
 from tests.factories import make_receipt, make_session, make_user
 
 pytestmark = pytest.mark.django_db
@@ -199,6 +199,7 @@ EXPECTED: dict[tuple[str, str], Rule] = {
     ("api:execute_requeue_plan", "POST"): api(OPERATOR),
     ("api:list_health", "GET"): api(VIEWER),
     ("api:get_health", "GET"): api(VIEWER),
+    ("api:list_gateways", "GET"): api(VIEWER),
     ("api:list_api_tokens", "GET"): api(ADMIN),
     ("api:create_token", "POST"): api(ADMIN, body={"name": "matrix", "scope": "read"}),
     ("api:revoke_token", "DELETE"): api(ADMIN),
@@ -226,6 +227,8 @@ EXPECTED: dict[tuple[str, str], Rule] = {
     # Sessions come from agents, the API and imports; the admin deletes one through the
     # session service (cascade and audit), as the API does, and adds none.
     **_admin_model("sessions_app_session", add=NOBODY),
+    # Gateways are made by imports and followers, and their rows protect them from deletion.
+    **_admin_model("sessions_app_gateway", add=NOBODY, delete=NOBODY),
     # Transcripts and receipts change only through the services (which leave events): the
     # admin shows them read-only and never adds or deletes them.
     **_admin_model("sessions_app_transcriptentry", add=NOBODY, delete=NOBODY),
@@ -343,6 +346,7 @@ def world(db, workspace) -> World:
         "opensquilla_site_apitoken": spare,
         "opensquilla_site_idempotentrequest": idem,
         "sessions_app_session": session,
+        "sessions_app_gateway": Gateway.objects.get(name="local"),
         "sessions_app_transcriptentry": TranscriptEntry.objects.filter(
             session_id=session.session_id
         ).first(),

@@ -11,6 +11,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
+from sessions_app.gateways import DEFAULT_GATEWAY
+
 from ...models import RequeuePlan
 from ...requeue import (
     create_requeue_plan,
@@ -73,14 +75,16 @@ def plan_create(request: HtmxHttpRequest) -> HttpResponse:
 @require_POST
 @console_view(VIEW_PLANS_PERM, OPERATE_PERM)
 def plan_from_group(request: HtmxHttpRequest) -> HttpResponse:
-    """A plan of exactly one overview failure group as the page showed it: its agent, scope,
-    status and error fingerprint select its members (not the reason text's longest piece,
+    """A plan of exactly one overview failure group as the page showed it: its gateway, agent,
+    scope, status and error fingerprint select its members (not the reason text's longest piece,
     which also matches look-alike groups), up to the page's mark, so receipts that joined
     the group after the page rendered are left out and counted in a message."""
     post = request.POST
     scope, status = post.get("scope", ""), post.get("status", "")
     upto = int_field(post.get("upto"))
+    gateway = post.get("group_gateway") or DEFAULT_GATEWAY
     selection = cs.failure_group_receipt_ids(
+        gateway_id=gateway,
         agent_id=post.get("agent", ""),
         scope=scope,
         status=status,
@@ -103,7 +107,7 @@ def plan_from_group(request: HtmxHttpRequest) -> HttpResponse:
             status=400,
         )
     plan = create_requeue_plan(
-        filters={"status": status, "scope": scope},
+        filters={"status": status, "scope": scope, "gateway": gateway},
         receipt_ids=ids,
         actor=console_actor(request),
         reason=operator_note(request, NOTE_FIELD),

@@ -159,7 +159,7 @@ def _detail_context(request: HtmxHttpRequest, receipt: MemoryDurableReceipt) -> 
         "flush_outcome": flush_outcome_for_row(receipt),
         "actions": available_actions(receipt),
         "can_operate": can_operate(request.user),
-        "upstream_marks": cs.upstream_marks_for_receipt(receipt.idempotency_key),
+        "upstream_marks": cs.upstream_marks_for_receipt(receipt),
     }
 
 

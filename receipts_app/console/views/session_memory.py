@@ -86,7 +86,8 @@ def _trigger(request: HtmxHttpRequest, kind: str) -> HttpResponse:
         message, ok = f"{kind} queued (task {task_id[:8]})", True
     if not request.htmx:
         (messages.success if ok else messages.warning)(request, message)
-        return redirect(reverse("sessions:detail", args=[session.session_key]))
+        where = "" if session.gateway_id == "local" else f"?gateway={session.gateway_id}"
+        return redirect(reverse("sessions:detail", args=[session.session_key]) + where)
     response = _panel(request, session, flash=message, flash_ok=ok)
     return trigger_client_event(response, CHANGED_EVENT, {"session_key": session.session_key})
 

@@ -86,6 +86,6 @@ def session_detail(request: HtmxHttpRequest, session_key: str) -> HttpResponse:
         "entries": page.rows,
         "next_cursor": page.next_cursor,
         "collapse_chars": COLLAPSE_CHARS,
-        "upstream_marks": cs.upstream_marks_for_session(session.session_key),
+        "upstream_marks": cs.upstream_marks_for_session(session),
     }
     return render_page(request, "console/session_detail.html", context)

@@ -18,8 +18,9 @@ from receipts_app import audit, counts, failure_groups, repair
 
 class Command(BaseCommand):
     help = (
-        "Recompute the receipt counts per (agent, scope, status) and the failure groups from "
-        "the receipts table and report any drift from the kept ones (exit 1 on drift)."
+        "Recompute the receipt counts per (gateway, agent, scope, status) and the failure "
+        "groups from the receipts table and report any drift from the kept ones (exit 1 on "
+        "drift)."
     )
 
     def add_arguments(self, parser):
@@ -54,23 +55,27 @@ class Command(BaseCommand):
         count_drift = counts.find_drift()
         for d in count_drift:
             write(
-                f"count drift: agent={d.agent_id!r} scope={d.scope!r} status={d.status!r}: "
-                f"kept {d.stored}, actual {d.actual}"
+                f"count drift: agent={d.agent_id!r} scope={d.scope!r} status={d.status!r}"
+                + ("" if d.gateway_id == "local" else f" gateway={d.gateway_id!r}")
+                + f": kept {d.stored}, actual {d.actual}"
             )
         # Group what already arrived first: pending entries are not drift.
         failure_groups.fold_all(wait=True)
         kept, actual = failure_groups.stored(), failure_groups.recompute()
         group_drift = sorted(k for k in set(kept) | set(actual) if kept.get(k) != actual.get(k))
         for key in group_drift:
-            agent, scope, status, fingerprint = key
+            gateway, agent, scope, status, fingerprint = key
             write(
                 f"failure group drift: agent={agent!r} scope={scope!r} status={status!r} "
-                f"fingerprint={fingerprint!r}: kept {kept.get(key, 0)}, actual {actual.get(key, 0)}"
+                + ("" if gateway == "local" else f"gateway={gateway!r} ")
+                + f"fingerprint={fingerprint!r}: kept {kept.get(key, 0)}, "
+                f"actual {actual.get(key, 0)}"
             )
         duplicates = repair.duplicate_legacy_repairs()
         for row in duplicates:
             write(
                 f"duplicate legacy repair: {row.receipt_id} agent={row.agent_id!r} "
-                f"path={row.source_path!r} status={row.status!r}"
+                + ("" if row.gateway_id == "local" else f"gateway={row.gateway_id!r} ")
+                + f"path={row.source_path!r} status={row.status!r}"
             )
         return count_drift, group_drift, duplicates

@@ -1,4 +1,5 @@
-"""``manage.py import_opensquilla PATH_TO_sessions.db [--workspace DIR] [--follow]``.
+"""``manage.py import_opensquilla PATH_TO_sessions.db [--workspace DIR] [--gateway NAME]
+[--follow]``.
 
 One-shot import: docs/IMPORT.md. ``--follow``: the live mirror, docs/MIRROR.md.
 """
@@ -14,6 +15,7 @@ from receipts_app.audit import acting_as
 from receipts_app.importer import import_opensquilla
 from receipts_app.management import cli
 from receipts_app.mirror.follower import build_follower, stop_on_signals
+from sessions_app.gateways import DEFAULT_GATEWAY, GatewayNameError, validate_gateway_name
 
 
 class Command(BaseCommand):
@@ -44,6 +46,13 @@ class Command(BaseCommand):
             "(default: OPENSQUILLA_MEMORY_WORKSPACE, else the target workspace)",
         )
         parser.add_argument(
+            "--gateway",
+            default=DEFAULT_GATEWAY,
+            metavar="NAME",
+            help="the gateway these rows belong to: a slug such as host-2 (default: local); "
+            "each OpenSquilla deployment followed into this console gets its own",
+        )
+        parser.add_argument(
             "--follow",
             action="store_true",
             help="keep following the live database after the initial import (docs/MIRROR.md); "
@@ -60,6 +69,10 @@ class Command(BaseCommand):
         cli.add_actor_argument(parser)
 
     def handle(self, *args, **options):
+        try:
+            validate_gateway_name(options["gateway"])
+        except GatewayNameError as exc:
+            raise CommandError(f"--gateway: {exc}") from exc
         if options["follow"]:
             return self._follow(options)
         if options["interval"] is not None:
@@ -73,6 +86,7 @@ class Command(BaseCommand):
                     target_workspace=options["target_workspace"],
                     memory_workspace=options["memory_workspace"],
                     progress=progress,
+                    gateway=options["gateway"],
                 )
         finally:
             progress.close()
@@ -97,8 +111,12 @@ class Command(BaseCommand):
                 memory_workspace=options["memory_workspace"],
                 interval=options["interval"],
                 progress=progress,
+                gateway=options["gateway"],
             )
-        self.stderr.write(f"following {follower.path} every {follower.interval:g}s (Ctrl-C stops)")
+        self.stderr.write(
+            f"following {follower.path} as gateway {follower.gateway} every "
+            f"{follower.interval:g}s (Ctrl-C stops)"
+        )
         try:
             with stop_on_signals() as stop:
                 follower.run(stop)

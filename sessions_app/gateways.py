@@ -1,0 +1,182 @@
+"""The gateway: one OpenSquilla deployment (a profile, a container, a host) whose ledger the
+console holds. Session keys overlap between gateways by construction, so every session,
+transcript entry, compaction and receipt belongs to exactly one gateway, and a session key and
+an idempotency key are unique within it.
+
+This module is the one place the concept lives. It owns the **current gateway**, a context
+variable that each edge sets once (the importer and mirror for their source, the API and the
+console for a request's ``?gateway=``, a task for the rows it was queued for) with
+:func:`using_gateway`, and that every query reads:
+
+- writes and addresses by session key act in :func:`current_gateway` (``local`` when no edge
+  chose one), through the ``default`` of every ``gateway`` column and :meth:`GatewayQuerySet.here`;
+- lists span every gateway unless an edge chose one (:func:`gateway_scope`), through
+  :class:`GatewayManager`, the default manager of every gateway-owned model.
+
+So the Python API, the seed contract and every row written without naming a gateway read
+exactly as before: they are the ``local`` gateway's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from functools import wraps
+from typing import Any, Self, TypeVar
+
+from django.db import models
+
+from opensquilla_site.timeutil import now_ms
+
+DEFAULT_GATEWAY = "local"
+GATEWAY_NAME_MAX = 64
+_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$")
+
+# None: no edge chose a gateway (writes go to ``local``, lists span every gateway).
+_chosen: ContextVar[str | None] = ContextVar("opensquilla_gateway", default=None)
+
+
+class GatewayNameError(ValueError):
+    """A gateway name that is not a slug."""
+
+
+def validate_gateway_name(name: object) -> str:
+    """``name`` if it is a slug (lower-case letters, digits, ``-`` and ``_``; at most 64)."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise GatewayNameError(
+            f"gateway name {name!r} is not a slug: use 1 to {GATEWAY_NAME_MAX} lower-case "
+            "letters, digits, '-' or '_', starting and ending with a letter or digit"
+        )
+    return name
+
+
+def current_gateway() -> str:
+    """The gateway writes and addresses by session key act in (``local`` by default)."""
+    return _chosen.get() or DEFAULT_GATEWAY
+
+
+def gateway_scope() -> str | None:
+    """The gateway lists are restricted to; None (every gateway) unless an edge chose one."""
+    return _chosen.get()
+
+
+@contextmanager
+def using_gateway(name: str | None) -> Iterator[str]:
+    """Act as gateway ``name`` inside the block (None: as no gateway was chosen)."""
+    if name is not None:
+        validate_gateway_name(name)
+    token = _chosen.set(name)
+    try:
+        yield current_gateway()
+    finally:
+        _chosen.reset(token)
+
+
+# --- the model ------------------------------------------------------------------------------
+
+
+class Gateway(models.Model):
+    """One OpenSquilla deployment: its name, where it is followed from and what it last ran."""
+
+    # The name is the key: every row's ``gateway_id`` is the gateway's name, readable as is.
+    name = models.SlugField(max_length=GATEWAY_NAME_MAX, primary_key=True)
+    display_name = models.CharField(max_length=200, blank=True, default="")
+    # The sessions.db it is imported or followed from ("" for rows written here).
+    source = models.TextField(blank=True, default="")
+    # What the source said when last read: the OpenSquilla version (when the database names
+    # it) and its schema (the newest applied migration, or the receipts table's shape).
+    opensquilla_version = models.CharField(max_length=64, blank=True, default="")
+    schema_version = models.CharField(max_length=200, blank=True, default="")
+    last_seen_at = models.BigIntegerField(null=True, blank=True)
+    created_at = models.BigIntegerField(default=now_ms)
+
+    class Meta:
+        ordering = ["name"]
+        app_label = "sessions_app"
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def label(self) -> str:
+        return self.display_name or self.name
+
+
+def gateway_field() -> Any:
+    """The ``gateway`` column of a gateway-owned model: the gateway's name, filled from
+    :func:`current_gateway` when a row is made. No index of its own: the uniqueness
+    constraints and the indexes that need it lead with it."""
+    return models.ForeignKey(
+        Gateway,
+        on_delete=models.PROTECT,
+        default=current_gateway,
+        db_index=False,
+        related_name="+",
+    )
+
+
+def ensure_gateway(name: str, **seen: Any) -> Gateway:
+    """The gateway ``name`` (validated), created when new; ``seen`` fields are stored."""
+    validate_gateway_name(name)
+    gateway, _ = Gateway.objects.get_or_create(name=name, defaults={"display_name": name})
+    changed = {k: v for k, v in seen.items() if getattr(gateway, k) != v}
+    if changed:
+        Gateway.objects.filter(name=name).update(**changed)
+        for key, value in changed.items():
+            setattr(gateway, key, value)
+    return gateway
+
+
+def known_gateway(name: str) -> Gateway:
+    """The existing gateway ``name``; ``GatewayNameError`` (a ``ValueError``) for a bad name,
+    ``KeyError`` when there is none (the API's 422 and 404)."""
+    validate_gateway_name(name)
+    gateway = Gateway.objects.filter(name=name).first()
+    if gateway is None:
+        raise KeyError(f"Gateway not found: {name}")
+    return gateway
+
+
+_V = TypeVar("_V", bound=Callable[..., Any])
+
+
+def in_requested_gateway(view: _V) -> _V:
+    """Run a request handler in the gateway its ``?gateway=`` names (none: no gateway chosen,
+    so lists span every gateway and a session key addresses ``local``). Applied after
+    authentication, so a caller without credentials learns nothing about gateways."""
+
+    @wraps(view)
+    def scoped(request: Any, *args: Any, **kwargs: Any) -> Any:
+        name = request.GET.get("gateway") or None
+        if name is not None:
+            known_gateway(name)
+        with using_gateway(name):
+            return view(request, *args, **kwargs)
+
+    return scoped  # type: ignore[return-value]
+
+
+# --- queries --------------------------------------------------------------------------------
+
+_M = TypeVar("_M", bound=models.Model)
+
+
+class GatewayQuerySet(models.QuerySet[_M]):
+    def here(self) -> Self:
+        """The rows of the current gateway: every address by session key goes through it."""
+        return self.filter(gateway_id=current_gateway())
+
+    def of_gateway(self, name: str | None) -> Self:
+        """The rows of gateway ``name``; every row when None."""
+        return self if name is None else self.filter(gateway_id=name)
+
+
+class GatewayManager(models.Manager[_M]):
+    """Lists span every gateway, unless an edge chose one with :func:`using_gateway`."""
+
+    def get_queryset(self) -> models.QuerySet[_M]:
+        qs = super().get_queryset()
+        scope = gateway_scope()
+        return qs if scope is None else qs.filter(gateway_id=scope)
