@@ -2,7 +2,7 @@
 
 The sync form runs the async implementation, so the shared deadline, the failure receipt and
 the fencing rules exist once. The writer and the receipt upsert are looked up at call time: the
-writer on the package ``receipts_app.checkpoint`` itself (the seam PRODUCT.md names, as
+writer on the package ``receipts_app.checkpoint`` itself (the seam the Python API contract names, as
 upstream's tests patch ``opensquilla.memory.checkpoint``), the upsert on ``receipts_app.ledger``,
 so a test can replace either.
 """
