@@ -371,7 +371,9 @@ def related_receipts(
     prefix = idempotency_family_prefix(receipt)
     if prefix:
         family = literal_prefix(
-            MemoryDurableReceipt.objects.filter(session_key=receipt.session_key),
+            MemoryDurableReceipt.objects.filter(
+                gateway_id=receipt.gateway_id, session_key=receipt.session_key
+            ),
             "idempotency_key",
             prefix,
         )

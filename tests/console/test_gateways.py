@@ -80,3 +80,34 @@ def test_a_plan_freezes_its_gateway_with_its_filter(operator_client, overlapping
     plan = RequeuePlan.objects.get()
     assert plan.filters.get("gateway") == "edge"
     assert plan.total == 1
+
+
+def test_a_receipt_page_relates_only_its_own_gateways_rows(viewer_client, overlapping):
+    """Gateways repeat each other's keys, so a family read by key alone mixed them."""
+    local, edge, _mine, _theirs = overlapping
+    family = f"checkpoint:{KEY}:turn-7:"
+    ours = make_receipt(
+        session_key=KEY,
+        session_id=local.session_id,
+        turn_id="turn-7",
+        idempotency_key=family + "failed:a",
+        status="checkpoint_failed",
+    )
+    kin = make_receipt(
+        session_key=KEY,
+        session_id=local.session_id,
+        turn_id="turn-7",
+        idempotency_key=family + "b",
+        status="checkpoint_saved",
+    )
+    with using_gateway("edge"):
+        stranger = make_receipt(
+            session_key=KEY,
+            session_id=edge.session_id,
+            turn_id="turn-7",
+            idempotency_key=family + "c",
+            status="checkpoint_saved",
+        )
+    page = viewer_client.get(f"/receipts/{ours.receipt_id}/").content.decode()
+    assert kin.receipt_id in page
+    assert stranger.receipt_id not in page
