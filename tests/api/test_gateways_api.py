@@ -113,3 +113,25 @@ def test_the_gateway_list_has_versions_and_at_risk_counts_with_their_filters(rea
     assert [(r["status"], r["gateway"]) for r in listed] == [("checkpoint_failed", "edge")]
     one = reader.get("/gateways", {"gateway": "edge"}).json()["items"]
     assert [g["name"] for g in one] == ["edge"]
+
+
+def test_the_gateway_list_costs_the_same_queries_for_ten_gateways(reader, overlapping):
+    """No query per gateway: the fleet grows, the list's query count does not."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as two:
+        assert reader.get("/gateways").status_code == 200
+    for n in range(8):
+        name = f"edge-{n}"
+        ensure_gateway(name)
+        with using_gateway(name):
+            make_receipt(session_key=KEY, idempotency_key="k", status="checkpoint_failed")
+    with CaptureQueriesContext(connection) as ten:
+        items = reader.get("/gateways").json()["items"]
+    assert len(items) == 10
+
+    def reads(ctx):  # a token's last_used_at bookkeeping is throttled by time, not by gateways
+        return [q for q in ctx.captured_queries if "apitoken" not in q["sql"].lower()]
+
+    assert len(reads(ten)) == len(reads(two)) <= 4
