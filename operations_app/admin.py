@@ -47,6 +47,7 @@ class AlertRuleAdmin(admin.ModelAdmin):
     list_display = (
         "name",
         "condition",
+        "gateway",
         "agent",
         "scope",
         "threshold",
@@ -54,7 +55,7 @@ class AlertRuleAdmin(admin.ModelAdmin):
         "shown_target",
         "enabled",
     )
-    list_filter = ("condition", "channel", "enabled")
+    list_filter = ("condition", "gateway", "channel", "enabled")
     search_fields = ("name",)
     actions = ("send_test_notice",)
 
@@ -104,9 +105,9 @@ class AlertDeliveryAdmin(ReadOnlyAdmin):
 @admin.register(AlertIncident)
 class AlertIncidentAdmin(ReadOnlyAdmin):
     list_display = with_dates(
-        AlertIncident, ("rule", "subject", "opened_at", "resolved_at", "notified")
+        AlertIncident, ("rule", "gateway_id", "subject", "opened_at", "resolved_at", "notified")
     )
-    list_filter = ("notified",)
+    list_filter = ("notified", "gateway_id")
     list_select_related = ("rule",)
 
 

@@ -9,6 +9,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from opensquilla_site.exceptions import NotFoundError
 from receipts_app.console.helpers import VIEW_PERM, HtmxHttpRequest, console_view
+from sessions_app.gateways import Gateway
 
 from .alerts.forms import AlertRuleForm
 from .alerts.service import send_test, store_rule
@@ -36,7 +37,12 @@ def time_at_risk_panel(request: HtmxHttpRequest) -> HttpResponse:
     A separate request keeps the overview itself within its query budget and quick: the panel
     reads the rollups (two queries) while the operator already sees the counts.
     """
-    return render(request, "operations/_time_at_risk.html", {"agents": time_at_risk_by_agent()})
+    context = {
+        "agents": time_at_risk_by_agent(),
+        # The same agent name on two gateways is two rows: name the gateway when there are several.
+        "show_gateway": Gateway.objects.count() > 1,
+    }
+    return render(request, "operations/_time_at_risk.html", context)
 
 
 # --- alerts (admins) ------------------------------------------------------------------------

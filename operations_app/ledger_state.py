@@ -1,4 +1,8 @@
-"""Per-agent signals of the ledger that metrics, alerts and the liveness page share.
+"""Per (gateway, agent) signals of the ledger that metrics, alerts and the liveness page share.
+
+The same agent name on two gateways is two agents (session keys overlap between gateways by
+construction), so every signal is keyed ``(gateway, agent)``; counts scoped to one gateway
+(``sessions_app.gateways.gateway_scope``) give that gateway's signals only.
 
 Counts come from ``receipts_app.counts.receipt_counts()`` (exact, cheap to read); the two
 "oldest" ages are one statement each of index probes, one per agent or (agent, status) that
@@ -18,39 +22,47 @@ from django.db import connection
 
 from opensquilla_site import timeutil
 from receipts_app.counts import CountRow, receipt_counts
-from receipts_app.health import at_risk_by_agent
+from receipts_app.health import at_risk_by_gateway_agent
 from receipts_app.ledger.triggers import T
 from receipts_app.statuses import AT_RISK_STATUSES, REPAIR_QUEUE_STATUSES
+from sessions_app.gateways import DEFAULT_GATEWAY
 
 # idx_mdr_repair_due's condition as Django writes it (receipts_app/models.py); SQLite uses a
 # partial index only when the query repeats its condition term for term.
 _REPAIR_QUEUE_CONDITION = '"status" IN (' + ", ".join(f"'{s}'" for s in REPAIR_QUEUE_STATUSES) + ")"
 
 
+# (gateway, agent): the key of every per-agent signal.
+Key = tuple[str, str]
+
+
 @dataclass
 class AgentSignals:
     agent: str
+    gateway: str = DEFAULT_GATEWAY
     backlog: int = 0
     oldest_due_repair_age_s: float | None = None
     at_risk: int = 0
     oldest_at_risk_age_s: float | None = None
 
 
-def _probe(parts: list[str], params: list[Any]) -> dict[str, int]:
-    """Run one ``UNION ALL`` of ``(agent, value)`` probes; the smallest value per agent."""
+def _probe(parts: list[str], params: list[Any]) -> dict[Key, int]:
+    """Run one ``UNION ALL`` of ``(gateway, agent, value)`` probes; the smallest value per
+    (gateway, agent)."""
     if not parts:
         return {}
-    out: dict[str, int] = {}
+    out: dict[Key, int] = {}
     with connection.cursor() as cur:
         cur.execute(" UNION ALL ".join(parts), params)
-        for agent, value in cur.fetchall():
+        for gateway, agent, value in cur.fetchall():
             if value is not None:
-                out[agent] = min(value, out.get(agent, value))
+                key = (gateway, agent)
+                out[key] = min(value, out.get(key, value))
     return out
 
 
-def oldest_due_repairs(now: int, counts: list[CountRow]) -> dict[str, int]:
-    """Per agent, since when (epoch ms) its oldest due repair has been due: the smallest
+def oldest_due_repairs(now: int, counts: list[CountRow]) -> dict[Key, int]:
+    """Per (gateway, agent), since when (epoch ms) its oldest due repair has been due: the smallest
     ``COALESCE(next_retry_at_ms, created_at)`` not after ``now``, one probe of
     ``idx_mdr_repair_due`` per (gateway, agent) of the counts with queued repairs (the WHERE repeats that partial
     index's condition word for word, so every backend's planner may use it)."""
@@ -62,17 +74,17 @@ def oldest_due_repairs(now: int, counts: list[CountRow]) -> dict[str, int]:
         }
     )
     parts = [
-        f"SELECT %s, (SELECT MIN(COALESCE(next_retry_at_ms, created_at)) FROM {T} "
+        f"SELECT %s, %s, (SELECT MIN(COALESCE(next_retry_at_ms, created_at)) FROM {T} "
         f"WHERE {_REPAIR_QUEUE_CONDITION} AND agent_id = %s AND gateway_id = %s "
         "AND COALESCE(next_retry_at_ms, created_at) <= %s)"
         for _ in pairs
     ]
-    params = [p for gateway, agent in pairs for p in (agent, agent, gateway, now)]
+    params = [p for gateway, agent in pairs for p in (gateway, agent, agent, gateway, now)]
     return _probe(parts, params)
 
 
-def oldest_at_risk(counts: list[CountRow]) -> dict[str, int]:
-    """Per agent, the creation time (epoch ms) of its oldest receipt at risk: one probe of
+def oldest_at_risk(counts: list[CountRow]) -> dict[Key, int]:
+    """Per (gateway, agent), the creation time (epoch ms) of its oldest receipt at risk: one probe of
     ``idx_mdr_agent_status`` per (gateway, agent, status) the counts say has rows (so counts
     scoped to one gateway read only that gateway's rows)."""
     keys = sorted(
@@ -83,30 +95,37 @@ def oldest_at_risk(counts: list[CountRow]) -> dict[str, int]:
         }
     )
     parts = [
-        f"SELECT %s, (SELECT MIN(created_at) FROM {T} "
+        f"SELECT %s, %s, (SELECT MIN(created_at) FROM {T} "
         "WHERE agent_id = %s AND status = %s AND gateway_id = %s)"
         for _ in keys
     ]
-    params = [p for gateway, agent, status in keys for p in (agent, agent, status, gateway)]
+    params = [
+        p for gateway, agent, status in keys for p in (gateway, agent, agent, status, gateway)
+    ]
     return _probe(parts, params)
 
 
 def agent_signals(
     counts: list[CountRow] | None = None, now: int | None = None
-) -> dict[str, AgentSignals]:
+) -> dict[Key, AgentSignals]:
+    """Every (gateway, agent) of the counts with its backlog, memory at risk and their ages."""
     now = timeutil.now_ms() if now is None else now
     counts = receipt_counts() if counts is None else counts
-    agents: dict[str, AgentSignals] = {}
+    agents: dict[Key, AgentSignals] = {}
+
+    def entry(key: Key) -> AgentSignals:
+        if key not in agents:
+            agents[key] = AgentSignals(agent=key[1], gateway=key[0])
+        return agents[key]
+
     for row in counts:
-        signals = agents.setdefault(row.agent_id, AgentSignals(row.agent_id))
+        signals = entry((row.gateway_id, row.agent_id))
         if row.status in REPAIR_QUEUE_STATUSES:
             signals.backlog += row.count
-    for agent, n in at_risk_by_agent(counts).items():  # the one definition of at risk
-        agents.setdefault(agent, AgentSignals(agent)).at_risk = n
-    for agent, due_since in oldest_due_repairs(now, counts).items():
-        signals = agents.setdefault(agent, AgentSignals(agent))
-        signals.oldest_due_repair_age_s = max(0, now - due_since) / 1000
-    for agent, oldest in oldest_at_risk(counts).items():
-        signals = agents.setdefault(agent, AgentSignals(agent))
-        signals.oldest_at_risk_age_s = max(0, now - oldest) / 1000
+    for key, n in at_risk_by_gateway_agent(counts).items():  # the one definition of at risk
+        entry(key).at_risk = n
+    for key, due_since in oldest_due_repairs(now, counts).items():
+        entry(key).oldest_due_repair_age_s = max(0, now - due_since) / 1000
+    for key, oldest in oldest_at_risk(counts).items():
+        entry(key).oldest_at_risk_age_s = max(0, now - oldest) / 1000
     return agents

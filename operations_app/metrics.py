@@ -41,32 +41,39 @@ def _ledger_metrics(now: int) -> Iterator[Metric]:
         receipts.add_metric([row.agent_id, row.scope, row.status, row.gateway_id], row.count)
     yield receipts
 
+    # Every series with an agent label names its gateway too: the same agent name on two
+    # gateways is two series (session keys, and so agent ids, overlap between gateways).
     signals = agent_signals(counts, now)
+    labels = ["agent", "gateway"]
     backlog = GaugeMetricFamily(
-        "opensquilla_repair_backlog", "Repairs queued (due or not) per agent.", labels=["agent"]
+        "opensquilla_repair_backlog",
+        "Repairs queued (due or not) per agent and gateway.",
+        labels=labels,
     )
     due_age = GaugeMetricFamily(
         "opensquilla_repair_oldest_due_age_seconds",
-        "How long the oldest due repair of each agent has waited since it became due.",
-        labels=["agent"],
+        "How long the oldest due repair of each agent and gateway has waited since it became due.",
+        labels=labels,
     )
     at_risk = GaugeMetricFamily(
         "opensquilla_memory_at_risk",
-        "Unresolved failures per agent: memory not safe anywhere until requeued or acknowledged.",
-        labels=["agent"],
+        "Unresolved failures per agent and gateway: memory not safe anywhere until requeued or "
+        "acknowledged.",
+        labels=labels,
     )
     risk_age = GaugeMetricFamily(
         "opensquilla_memory_at_risk_oldest_age_seconds",
-        "Age of the oldest unresolved failure per agent.",
-        labels=["agent"],
+        "Age of the oldest unresolved failure per agent and gateway.",
+        labels=labels,
     )
-    for agent, s in sorted(signals.items()):
-        backlog.add_metric([agent], s.backlog)
-        at_risk.add_metric([agent], s.at_risk)
+    for (gateway, agent), s in sorted(signals.items()):
+        values = [agent, gateway]
+        backlog.add_metric(values, s.backlog)
+        at_risk.add_metric(values, s.at_risk)
         if s.oldest_due_repair_age_s is not None:
-            due_age.add_metric([agent], s.oldest_due_repair_age_s)
+            due_age.add_metric(values, s.oldest_due_repair_age_s)
         if s.oldest_at_risk_age_s is not None:
-            risk_age.add_metric([agent], s.oldest_at_risk_age_s)
+            risk_age.add_metric(values, s.oldest_at_risk_age_s)
     yield from (backlog, due_age, at_risk, risk_age)
 
 

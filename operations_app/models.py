@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.db import models
 
 from opensquilla_site.timeutil import now_ms
+from sessions_app.gateways import DEFAULT_GATEWAY, Gateway, GatewayManager
 
 
 class Heartbeat(models.Model):
@@ -99,7 +100,15 @@ class AlertRule(models.Model):
 
     name = models.CharField(max_length=100)
     condition = models.CharField(max_length=32, choices=CONDITIONS)
-    # Narrow the condition to one agent or scope; empty: every agent / scope.
+    # Narrow the condition to one gateway, agent or scope; empty: every gateway / agent / scope.
+    gateway = models.ForeignKey(
+        Gateway,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="Only this gateway's rows and mirrors; empty: every gateway",
+    )
     agent = models.CharField(max_length=64, blank=True, default="")
     scope = models.CharField(max_length=64, blank=True, default="")
     threshold = models.FloatField(help_text="N receipts, or T seconds, depending on the condition")
@@ -129,6 +138,8 @@ class AlertIncident(models.Model):
 
     rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE, related_name="incidents")
     subject = models.CharField(max_length=255, default="", blank=True)
+    # The gateway the subject belongs to ("" for workers and beat, which serve every gateway).
+    gateway_id = models.CharField(max_length=64, default="", blank=True)
     opened_at = models.BigIntegerField(default=now_ms)
     resolved_at = models.BigIntegerField(null=True, blank=True)
     # False when a cooldown swallowed the firing notice (and so the resolved notice too).
@@ -206,6 +217,8 @@ class RiskInterval(models.Model):
     """One failure's time at risk: from when it was seen failing until it was resolved."""
 
     receipt_id = models.CharField(max_length=128)
+    # The receipt's gateway (a plain name, as in the counts: the interval outlives the row).
+    gateway_id = models.CharField(max_length=64, default=DEFAULT_GATEWAY)
     agent_id = models.CharField(max_length=64, default="", blank=True)
     scope = models.CharField(max_length=64, default="", blank=True)
     failed_status = models.CharField(max_length=64)
@@ -213,6 +226,9 @@ class RiskInterval(models.Model):
     resolved_at = models.BigIntegerField(null=True, blank=True)
     # The status that ended it (checkpoint_recovered, acknowledged, …) or "purged".
     resolution = models.CharField(max_length=64, default="", blank=True)
+
+    # Lists span every gateway unless an edge chose one (``?gateway=``).
+    objects = GatewayManager()
 
     class Meta:
         ordering = ["-started_at"]
@@ -233,20 +249,26 @@ class RiskInterval(models.Model):
 
 
 class RiskDaily(models.Model):
-    """Per agent and UTC day: failures resolved that day and their total time at risk."""
+    """Per gateway, agent and UTC day: failures resolved that day and their total time at risk."""
 
     day = models.DateField()
+    gateway_id = models.CharField(max_length=64, default=DEFAULT_GATEWAY)
     agent_id = models.CharField(max_length=64, default="", blank=True)
     resolved = models.IntegerField(default=0)
     duration_sum_ms = models.BigIntegerField(default=0)
 
+    # Lists span every gateway unless an edge chose one (``?gateway=``).
+    objects = GatewayManager()
+
     class Meta:
         verbose_name = "daily risk total"
         verbose_name_plural = "daily risk totals"
-        ordering = ["day", "agent_id"]
+        ordering = ["day", "gateway_id", "agent_id"]
         constraints = [
-            models.UniqueConstraint(fields=["day", "agent_id"], name="ops_risk_daily_uniq")
+            models.UniqueConstraint(
+                fields=["day", "gateway_id", "agent_id"], name="ops_risk_daily_gateway_uniq"
+            )
         ]
 
     def __str__(self) -> str:
-        return f"{self.day} {self.agent_id}"
+        return f"{self.day} {self.gateway_id}/{self.agent_id}"

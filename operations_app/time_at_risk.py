@@ -11,10 +11,16 @@ imports, the mirror, requeues, raw SQL) at no cost to the writes, which osq15 ke
   that vanished (session deleted) is closed as ``purged``. Intermediate states (requeued,
   repair pending or running) keep the interval open: memory is not safe yet.
 - "At risk now" (open failures, and since when) is read from the ledger by the one definition
-  (``receipts_app.health.at_risk_by_agent``), not from the intervals, so the panel says what
-  the overview's cards, its failure groups and ``/metrics`` say, with no lag.
-- Every close adds one to the daily rollup of its agent and day, in the same transaction, so the
-  30/90-day mean time to recovery reads at most 90 rows per agent whatever the ledger's size.
+  (``receipts_app.health.at_risk_by_gateway_agent``), not from the intervals, so the panel says
+  what the overview's cards, its failure groups and ``/metrics`` say, with no lag.
+- Every close adds one to the daily rollup of its gateway, agent and day, in the same
+  transaction, so the 30/90-day mean time to recovery reads at most 90 rows per agent whatever
+  the ledger's size.
+
+Per (gateway, agent): the same agent name on two gateways is two rows. An interval carries its
+receipt's gateway; the reader covers every gateway, or the one an edge chose
+(``sessions_app.gateways.gateway_scope``: the console's ``?gateway=``), through the counts and
+the models' ``GatewayManager``.
 """
 
 from __future__ import annotations
@@ -27,9 +33,10 @@ from django.db.models import F, Max, Q
 
 from opensquilla_site import timeutil
 from receipts_app.counts import receipt_counts
-from receipts_app.health import at_risk_by_agent
+from receipts_app.health import at_risk_by_gateway_agent
 from receipts_app.models import MemoryDurableReceipt
 from receipts_app.statuses import AT_RISK_STATUSES, RESOLVED_STATUSES, SUCCESS_STATUSES
+from sessions_app.gateways import DEFAULT_GATEWAY
 
 from .counters import read_counters
 from .ledger_state import oldest_at_risk
@@ -58,20 +65,19 @@ def _day(ms: int) -> date:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).date()
 
 
-def _add_to_rollup(agent: str, resolved_at: int, duration_ms: int) -> None:
+def _add_to_rollup(gateway: str, agent: str, resolved_at: int, duration_ms: int) -> None:
     day = _day(resolved_at)
-    updated = RiskDaily.objects.filter(day=day, agent_id=agent).update(
+    key = {"day": day, "gateway_id": gateway, "agent_id": agent}
+    updated = RiskDaily.objects.filter(**key).update(
         resolved=F("resolved") + 1, duration_sum_ms=F("duration_sum_ms") + duration_ms
     )
     if updated:
         return
     try:
         with transaction.atomic():
-            RiskDaily.objects.create(
-                day=day, agent_id=agent, resolved=1, duration_sum_ms=duration_ms
-            )
+            RiskDaily.objects.create(**key, resolved=1, duration_sum_ms=duration_ms)
     except IntegrityError:
-        RiskDaily.objects.filter(day=day, agent_id=agent).update(
+        RiskDaily.objects.filter(**key).update(
             resolved=F("resolved") + 1, duration_sum_ms=F("duration_sum_ms") + duration_ms
         )
 
@@ -79,7 +85,7 @@ def _add_to_rollup(agent: str, resolved_at: int, duration_ms: int) -> None:
 def _close_resolved(now: int, out: TrackSummary) -> None:
     open_rows = list(
         RiskInterval.objects.filter(resolved_at__isnull=True).values_list(
-            "pk", "receipt_id", "agent_id", "started_at"
+            "pk", "receipt_id", "gateway_id", "agent_id", "started_at"
         )
     )
     for start in range(0, len(open_rows), CHUNK):
@@ -87,10 +93,10 @@ def _close_resolved(now: int, out: TrackSummary) -> None:
         current = {
             rid: (status, updated)
             for rid, status, updated in MemoryDurableReceipt.objects.filter(
-                receipt_id__in=[rid for _pk, rid, _a, _s in chunk]
+                receipt_id__in=[rid for _pk, rid, _g, _a, _s in chunk]
             ).values_list("receipt_id", "status", "updated_at")
         }
-        for pk, rid, agent, started in chunk:
+        for pk, rid, gateway, agent, started in chunk:
             status, updated = current.get(rid, (PURGED, now))
             if status != PURGED and status not in CLOSING_STATUSES:
                 continue
@@ -99,7 +105,7 @@ def _close_resolved(now: int, out: TrackSummary) -> None:
                 if RiskInterval.objects.filter(pk=pk, resolved_at__isnull=True).update(
                     resolved_at=resolved_at, resolution=status
                 ):
-                    _add_to_rollup(agent, resolved_at, resolved_at - started)
+                    _add_to_rollup(gateway, agent, resolved_at, resolved_at - started)
                     out.closed += 1
 
 
@@ -110,7 +116,9 @@ def _open_new(since: int | None, after_id: int | None, out: TrackSummary) -> Non
         # inserted since then whatever their timestamps (an import keeps the original ones).
         rows = rows.filter(Q(updated_at__gte=since) | Q(id__gt=after_id))
     candidates = list(
-        rows.order_by().values_list("receipt_id", "agent_id", "scope", "status", "updated_at")
+        rows.order_by().values_list(
+            "receipt_id", "gateway_id", "agent_id", "scope", "status", "updated_at"
+        )
     )
     for start in range(0, len(candidates), CHUNK):
         chunk = candidates[start : start + CHUNK]
@@ -121,9 +129,14 @@ def _open_new(since: int | None, after_id: int | None, out: TrackSummary) -> Non
         )
         new = [
             RiskInterval(
-                receipt_id=rid, agent_id=agent, scope=scope, failed_status=status, started_at=upd
+                receipt_id=rid,
+                gateway_id=gateway,
+                agent_id=agent,
+                scope=scope,
+                failed_status=status,
+                started_at=upd,
             )
-            for rid, agent, scope, status, upd in chunk
+            for rid, gateway, agent, scope, status, upd in chunk
             if rid not in already
         ]
         if new:
@@ -159,6 +172,7 @@ def _set_mark(label: str, value: int) -> None:
 @dataclass
 class AgentTimeAtRisk:
     agent: str
+    gateway: str = DEFAULT_GATEWAY
     # At risk now, by the one definition (the overview card, groups and /metrics agree).
     open_failures: int = 0
     at_risk_since: int | None = None  # epoch ms: created_at of the oldest receipt at risk
@@ -184,33 +198,39 @@ class AgentTimeAtRisk:
 
 
 def time_at_risk_by_agent(now: int | None = None, days: int = 90) -> list[AgentTimeAtRisk]:
-    """Per agent: at risk now and since when, as ``/metrics`` counts it (the counts table and
-    one probe of the oldest row at risk), and MTTR over 30 and 90 days from the closed
-    intervals' daily rollups. Three queries."""
+    """Per (gateway, agent): at risk now and since when, as ``/metrics`` counts it (the counts
+    table and one probe of the oldest row at risk), and MTTR over 30 and 90 days from the
+    closed intervals' daily rollups. Three queries. Sorted by agent, then gateway."""
     now = timeutil.now_ms() if now is None else now
     today = _day(now)
     first_day = today - timedelta(days=days - 1)
-    agents: dict[str, AgentTimeAtRisk] = {}
-    counts = receipt_counts()
-    for agent, n in at_risk_by_agent(counts).items():
-        agents.setdefault(agent, AgentTimeAtRisk(agent)).open_failures = n
-    for agent, since in oldest_at_risk(counts).items():
-        entry = agents.setdefault(agent, AgentTimeAtRisk(agent))
-        entry.at_risk_since = since
-        entry.at_risk_for_s = max(0, now - since) / 1000
-    daily: dict[str, dict[date, tuple[int, int]]] = {}
-    for day, agent, resolved, total in RiskDaily.objects.filter(day__gte=first_day).values_list(
-        "day", "agent_id", "resolved", "duration_sum_ms"
-    ):
-        daily.setdefault(agent, {})[day] = (resolved, total)
-        agents.setdefault(agent, AgentTimeAtRisk(agent))
-    for agent, entry in agents.items():
-        per_day = daily.get(agent, {})
+    agents: dict[tuple[str, str], AgentTimeAtRisk] = {}
+
+    def entry(key: tuple[str, str]) -> AgentTimeAtRisk:
+        if key not in agents:
+            agents[key] = AgentTimeAtRisk(agent=key[1], gateway=key[0])
+        return agents[key]
+
+    counts = receipt_counts()  # the gateway scope's, when an edge chose one
+    for key, n in at_risk_by_gateway_agent(counts).items():
+        entry(key).open_failures = n
+    for key, since in oldest_at_risk(counts).items():
+        at_risk = entry(key)
+        at_risk.at_risk_since = since
+        at_risk.at_risk_for_s = max(0, now - since) / 1000
+    daily: dict[tuple[str, str], dict[date, tuple[int, int]]] = {}
+    for day, gateway, agent, resolved, total in RiskDaily.objects.filter(
+        day__gte=first_day
+    ).values_list("day", "gateway_id", "agent_id", "resolved", "duration_sum_ms"):
+        daily.setdefault((gateway, agent), {})[day] = (resolved, total)
+        entry((gateway, agent))
+    for key, item in agents.items():
+        per_day = daily.get(key, {})
         series: list[float | None] = []
         for offset in range(days):
             resolved, total = per_day.get(first_day + timedelta(days=offset), (0, 0))
             series.append(total / resolved / 1000 if resolved else None)
-        entry.daily_mttr_s = series
+        item.daily_mttr_s = series
         for window in (30, 90):
             since_day = today - timedelta(days=window - 1)
             rows = [v for d, v in per_day.items() if d >= since_day]
@@ -218,7 +238,7 @@ def time_at_risk_by_agent(now: int | None = None, days: int = 90) -> list[AgentT
             total = sum(t for _r, t in rows)
             mttr = total / resolved / 1000 if resolved else None
             if window == 30:
-                entry.resolved_30d, entry.mttr_30d_s = resolved, mttr
+                item.resolved_30d, item.mttr_30d_s = resolved, mttr
             else:
-                entry.resolved_90d, entry.mttr_90d_s = resolved, mttr
-    return [agents[a] for a in sorted(agents)]
+                item.resolved_90d, item.mttr_90d_s = resolved, mttr
+    return [agents[k] for k in sorted(agents, key=lambda k: (k[1], k[0]))]

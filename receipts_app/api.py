@@ -310,24 +310,26 @@ def execute_requeue_plan(request: HttpRequest, plan_id: str) -> Status[Any]:
 
 @health_router.get(
     "",
-    response={200: HealthListOut, **errors(*AUTH_ERRORS)},
+    response={200: HealthListOut, **errors(*AUTH_ERRORS, 404, 422)},
     auth=READ,
     operation_id="list_health",
 )
 def list_health(request: HttpRequest) -> dict[str, Any]:
-    """Memory safety and repair backlog (docs/UPSTREAM.md#health) for every agent in the ledger,
-    and the state of the live OpenSquilla mirror (``mirror``: source, last sync, lag, errors;
-    docs/MIRROR.md)."""
+    """Memory safety and repair backlog (docs/UPSTREAM.md#health) for every (gateway, agent) in
+    the ledger (``?gateway=NAME``: that gateway's agents only), and the state of the live
+    OpenSquilla mirror (``mirror``: source, last sync, lag, errors; docs/MIRROR.md)."""
     return {"items": health.health_by_agent(), "mirror": mirror_states()}
 
 
 @health_router.get(
     "/{agent_id}",
-    response={200: HealthOut, **errors(*AUTH_ERRORS, 422)},
+    response={200: HealthOut, **errors(*AUTH_ERRORS, 404, 422)},
     auth=READ,
     operation_id="get_health",
 )
 def get_health(request: HttpRequest, agent_id: str) -> dict[str, Any]:
+    """One agent's health over every gateway (``gateway`` null), or over the one
+    ``?gateway=NAME`` names."""
     return health.memory_health(normalize_agent_id(agent_id))
 
 

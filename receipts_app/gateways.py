@@ -24,7 +24,7 @@ from .statuses import (
 )
 
 AT_RISK = {
-    # health.at_risk_by_agent counts the same statuses: one meaning of "at risk".
+    # health.at_risk_by_gateway_agent counts the same statuses: one meaning of "at risk".
     "memory_at_risk": AT_RISK_STATUSES,
     "memory_safety_errors": MEMORY_SAFETY_ERROR_STATUSES,
     "repair_backlog": REPAIR_QUEUE_STATUSES,

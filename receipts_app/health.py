@@ -1,5 +1,5 @@
-"""Memory health derived from the ledger (docs/UPSTREAM.md#health), per agent: upstream's
-two signals and one of ours.
+"""Memory health derived from the ledger (docs/UPSTREAM.md#health), per gateway and agent:
+upstream's two signals and one of ours.
 
 Every count comes with the filter (``ReceiptFilter.to_params()``) that lists exactly the rows
 counted, and is counted through that filter (``selectors.filter_receipts``), so a count and
@@ -16,7 +16,7 @@ the link a page builds from its filter cannot disagree.
 - ``atRisk``: memory at risk, the product's one definition (``statuses.AT_RISK_STATUSES``:
   failures waiting for an operator, and requeued checkpoints until recovered); the overview
   card, the failure groups, time at risk, ``/metrics`` and alerts count the same rows
-  (:func:`at_risk_by_agent`).
+  (:func:`at_risk_by_gateway_agent`).
 - ``terminalRepairs``: repairs whose automatic budget is spent (``repair_failed``,
   ``repair_abandoned``). Upstream's health counts them nowhere; they wait for an operator.
 
@@ -24,8 +24,11 @@ Counts are exact and come from the counts table (``receipts_app.counts``); the r
 oldest queued row, the at-risk samples, the hash-mismatch window) is one statement for every
 agent of ``health_by_agent`` together, so the overview's query count does not grow with agents.
 
-Health covers every gateway, or the one an edge chose (``sessions_app.gateways``): the counts,
-the rows read and each count's filter then name that gateway.
+The same agent name on two gateways is two agents (session keys overlap between gateways by
+construction): :func:`health_by_agent` gives one entry per (gateway, agent), each naming its
+``gateway`` and counting and linking to that gateway's rows only. Health covers every gateway,
+or the one an edge chose (``sessions_app.gateways.gateway_scope``, the API's and the console's
+``?gateway=``); :func:`memory_health` of an agent sums its rows over the gateways in scope.
 """
 
 # Every interpolated name is a table or status constant; values are bound parameters.
@@ -86,16 +89,27 @@ def hash_mismatch_predicate(percent: str = "%%") -> str:
 _HASH_MISMATCH_SQL = hash_mismatch_predicate()
 
 
-def _filter(agent_id: str | None, statuses: tuple[str, ...]) -> ReceiptFilter:
-    return ReceiptFilter(agent=agent_id or None, statuses=statuses, gateway=gateway_scope())
+# (gateway, agent) whose health is asked; None in either place: every gateway in scope
+# (``gateway_scope()``) or every agent.
+HealthKey = tuple[str | None, str | None]
 
 
-def _scope_sql() -> str:
-    return "" if gateway_scope() is None else "gateway_id = %s AND "
+def _gateway(gateway: str | None) -> str | None:
+    """The gateway a key reads: its own, else the one an edge chose (None: every gateway)."""
+    return gateway if gateway is not None else gateway_scope()
 
 
-def _scope_params() -> list[Any]:
-    scope = gateway_scope()
+def _filter(key: HealthKey, statuses: tuple[str, ...]) -> ReceiptFilter:
+    gateway, agent_id = key
+    return ReceiptFilter(agent=agent_id or None, statuses=statuses, gateway=_gateway(gateway))
+
+
+def _scope_sql(gateway: str | None) -> str:
+    return "" if _gateway(gateway) is None else "gateway_id = %s AND "
+
+
+def _scope_params(gateway: str | None) -> list[Any]:
+    scope = _gateway(gateway)
     return [] if scope is None else [scope]
 
 
@@ -109,19 +123,25 @@ class _Sample:
     oldest_queued: int | None = None
 
 
-def _rows_of(rows: Sequence[CountRow], agent_id: str | None) -> list[CountRow]:
-    return [r for r in rows if agent_id is None or r.agent_id == agent_id]
+def _rows_of(rows: Sequence[CountRow], key: HealthKey) -> list[CountRow]:
+    gateway, agent_id = _gateway(key[0]), key[1]
+    return [
+        r
+        for r in rows
+        if (agent_id is None or r.agent_id == agent_id)
+        and (gateway is None or r.gateway_id == gateway)
+    ]
 
 
-def _by_status(rows: Sequence[CountRow], agent_id: str | None, statuses: tuple[str, ...]) -> dict:
+def _by_status(rows: Sequence[CountRow], key: HealthKey, statuses: tuple[str, ...]) -> dict:
     out: dict[str, int] = {}
-    for row in _rows_of(rows, agent_id):
+    for row in _rows_of(rows, key):
         if row.status in statuses:
             out[row.status] = out.get(row.status, 0) + row.count
     return {s: out[s] for s in statuses if out.get(s)}
 
 
-def _window_sql(agent: str | None, gated: bool) -> str:
+def _window_sql(gateway: str | None, agent: str | None, gated: bool) -> str:
     """The agent's ``SAMPLE_LIMIT`` newest rows, in an order only its ``(agent_id, created_at,
     id)`` index gives, so the plan is a bounded backward index scan at any ledger size.
 
@@ -137,8 +157,8 @@ def _window_sql(agent: str | None, gated: bool) -> str:
     ``_in_prefix`` still checks the literal prefix on the window's rows.
     """
     columns = "receipt_id, status, reason, created_at, id, session_key"
-    where, limit = _gate(agent) if gated else ("", str(SAMPLE_LIMIT))
-    scope = _scope_sql()
+    where, limit = _gate(gateway, agent) if gated else ("", str(SAMPLE_LIMIT))
+    scope = _scope_sql(gateway)
     if agent is None:
         return (
             f"SELECT {columns} FROM {T} WHERE {scope}1 = 1{where} "
@@ -151,7 +171,7 @@ def _window_sql(agent: str | None, gated: bool) -> str:
     )
 
 
-def _gate(agent: str | None) -> tuple[str, str]:
+def _gate(gateway: str | None, agent: str | None) -> tuple[str, str]:
     """The gated window's extra WHERE term and its LIMIT, placed where each planner skips the
     scan when no row matches (both measured at 1M-5M rows, bench/scale.py):
     - PostgreSQL turns an uncorrelated WHERE term into a one-time filter above the scan; a
@@ -160,21 +180,22 @@ def _gate(agent: str | None) -> tuple[str, str]:
       each (32 ms an agent at 1M rows); a LIMIT of 0 ends the scan before it starts.
     """
     if connection.vendor == "postgresql":
-        return f" AND {_any_mismatch_sql(agent)}", str(SAMPLE_LIMIT)
-    return "", f"(CASE WHEN {_any_mismatch_sql(agent)} THEN {SAMPLE_LIMIT} ELSE 0 END)"
+        return f" AND {_any_mismatch_sql(gateway, agent)}", str(SAMPLE_LIMIT)
+    return "", f"(CASE WHEN {_any_mismatch_sql(gateway, agent)} THEN {SAMPLE_LIMIT} ELSE 0 END)"
 
 
-def _any_mismatch_sql(agent: str | None) -> str:
+def _any_mismatch_sql(gateway: str | None, agent: str | None) -> str:
     """True when any of the agent's rows (at any age) matches the heuristic: a probe of the
     partial index ``idx_mdr_hash_mismatch``, which holds only such rows. Uncorrelated, so both
     planners evaluate it once, before the window's scan, and skip the scan when it is false."""
     agent_where = "" if agent is None else "agent_id = %s AND "
-    return f"EXISTS (SELECT 1 FROM {T} WHERE {_scope_sql()}{agent_where}{_HASH_MISMATCH_SQL})"
+    scope = _scope_sql(gateway)
+    return f"EXISTS (SELECT 1 FROM {T} WHERE {scope}{agent_where}{_HASH_MISMATCH_SQL})"
 
 
-def _window_params(agent: str | None, gated: bool) -> list[Any]:
+def _window_params(gateway: str | None, agent: str | None, gated: bool) -> list[Any]:
     # The same terms twice when gated: the window's WHERE, then the gate's EXISTS.
-    once = [*_scope_params(), *([] if agent is None else [agent])]
+    once = [*_scope_params(gateway), *([] if agent is None else [agent])]
     return once + once if gated else once
 
 
@@ -190,26 +211,27 @@ def _prefix_params(agent: str | None) -> list[Any]:
 
 
 def _read_samples(
-    agents: Sequence[str | None], rows: Sequence[CountRow], *, count_checked: bool
+    keys: Sequence[HealthKey], rows: Sequence[CountRow], *, count_checked: bool
 ) -> list[_Sample]:
-    """One statement for every agent (None: the whole ledger):
+    """One statement for every (gateway, agent) (None: every gateway in scope, every agent):
     - the hash-mismatch window: of the agent's ``SAMPLE_LIMIT`` newest rows under its literal
       key prefix (as upstream reads them), which match and (``count_checked``) how many were
       checked; without the count, the window is read only when the agent has a match at all;
     - the first ``SAMPLE_IDS`` at-risk rows, when the counts say there are any;
     - the oldest queued ``created_at``: one index probe per (agent, queued status) with rows.
     """
-    samples = [_Sample() for _ in agents]
-    if not agents:
+    samples = [_Sample() for _ in keys]
+    if not keys:
         return samples
     ctes: list[str] = []
     cte_params: list[Any] = []  # the WITH clause comes first in the statement
     parts: list[str] = []
     params: list[Any] = []
-    for index, agent in enumerate(agents):
+    for index, key in enumerate(keys):
+        gateway, agent = key
         gated = not count_checked
-        ctes.append(f"w{index} AS ({_window_sql(agent, gated)})")
-        cte_params += _window_params(agent, gated)
+        ctes.append(f"w{index} AS ({_window_sql(gateway, agent, gated)})")
+        cte_params += _window_params(gateway, agent, gated)
         parts.append(
             "SELECT 'm' AS kind, %s AS idx, receipt_id, created_at, id "
             f"FROM w{index} WHERE {_in_prefix(agent)}{_HASH_MISMATCH_SQL}"
@@ -222,26 +244,31 @@ def _read_samples(
                 "CAST(NULL AS BIGINT)"
             )
             params += [index, *_prefix_params(agent)]
-        mine = _rows_of(rows, agent)
+        mine = _rows_of(rows, key)
         if any(r.status in MEMORY_SAFETY_ERROR_STATUSES for r in mine):
             agent_where = "" if agent is None else "agent_id = %s AND "
             parts.append(
                 "SELECT 's', %s, receipt_id, created_at, id FROM ("
-                f"SELECT receipt_id, created_at, id FROM {T} WHERE {_scope_sql()}{agent_where}"
+                f"SELECT receipt_id, created_at, id FROM {T} WHERE "
+                f"{_scope_sql(gateway)}{agent_where}"
                 f"status IN {_in(MEMORY_SAFETY_ERROR_STATUSES)} "
                 f"ORDER BY created_at, id LIMIT {SAMPLE_IDS}) AS s{index}"
             )
-            params += [index, *_scope_params()] + ([] if agent is None else [agent])
-        # One probe per (agent, queued status), however many gateways the counts split it in.
-        for agent_id, status in sorted(
-            {(r.agent_id, r.status) for r in mine if r.status in REPAIR_QUEUE_STATUSES}
+            params += [index, *_scope_params(gateway)] + ([] if agent is None else [agent])
+        # One probe per (gateway, agent, queued status) the counts say has rows.
+        for gateway_id, agent_id, status in sorted(
+            {
+                (r.gateway_id, r.agent_id, r.status)
+                for r in mine
+                if r.status in REPAIR_QUEUE_STATUSES
+            }
         ):
             parts.append(
                 "SELECT 'q', %s, NULL, "
-                f"(SELECT MIN(created_at) FROM {T} WHERE {_scope_sql()}agent_id = %s "
+                f"(SELECT MIN(created_at) FROM {T} WHERE gateway_id = %s AND agent_id = %s "
                 "AND status = %s), CAST(NULL AS BIGINT)"
             )
-            params += [index, *_scope_params(), agent_id, status]
+            params += [index, gateway_id, agent_id, status]
     with connection.cursor() as cur:
         cur.execute(f"WITH {', '.join(ctes)} " + " UNION ALL ".join(parts), [*cte_params, *params])
         for kind, idx, receipt_id, number, row_id in cur.fetchall():
@@ -258,9 +285,9 @@ def _read_samples(
     return samples
 
 
-def _memory_safety(agent_id: str | None, rows: Sequence[CountRow], sample: _Sample) -> dict:
-    at_risk = _filter(agent_id, MEMORY_SAFETY_ERROR_STATUSES)
-    by_status = _by_status(rows, agent_id, MEMORY_SAFETY_ERROR_STATUSES)
+def _memory_safety(key: HealthKey, rows: Sequence[CountRow], sample: _Sample) -> dict:
+    at_risk = _filter(key, MEMORY_SAFETY_ERROR_STATUSES)
+    by_status = _by_status(rows, key, MEMORY_SAFETY_ERROR_STATUSES)
     count = sum(by_status.values())
     samples = [rid for *_order, rid in sorted(sample.at_risk)][:SAMPLE_IDS] if count else []
     newest_first = sorted(sample.mismatched, reverse=True)
@@ -281,9 +308,9 @@ def _memory_safety(agent_id: str | None, rows: Sequence[CountRow], sample: _Samp
 
 
 def _semantic_memory(
-    agent_id: str | None, rows: Sequence[CountRow], sample: _Sample, now: int
+    key: HealthKey, rows: Sequence[CountRow], sample: _Sample, now: int
 ) -> dict[str, Any]:
-    count = sum(_by_status(rows, agent_id, REPAIR_QUEUE_STATUSES).values())
+    count = sum(_by_status(rows, key, REPAIR_QUEUE_STATUSES).values())
     oldest = sample.oldest_queued if count else None
     if count == 0:
         status = "healthy"
@@ -295,65 +322,68 @@ def _semantic_memory(
         "status": status,
         "repairBacklogCount": count,
         "oldestRepairCreatedAt": oldest,
-        "filter": _filter(agent_id, REPAIR_QUEUE_STATUSES).to_params(),
+        "filter": _filter(key, REPAIR_QUEUE_STATUSES).to_params(),
     }
 
 
-def at_risk_by_agent(rows: Sequence[CountRow]) -> dict[str, int]:
-    """Receipts at risk per agent (agents with none left out): THE count of memory at risk."""
-    out: dict[str, int] = {}
+def at_risk_by_gateway_agent(rows: Sequence[CountRow]) -> dict[tuple[str, str], int]:
+    """Receipts at risk per (gateway, agent) (those with none left out): THE count of memory
+    at risk. The same agent name on two gateways is two entries."""
+    out: dict[tuple[str, str], int] = {}
     for row in rows:
         if row.status in AT_RISK_STATUSES and row.count:
-            out[row.agent_id] = out.get(row.agent_id, 0) + row.count
+            key = (row.gateway_id, row.agent_id)
+            out[key] = out.get(key, 0) + row.count
     return out
 
 
-def _at_risk(agent_id: str | None, rows: Sequence[CountRow]) -> dict[str, Any]:
-    by_agent = at_risk_by_agent(rows)
-    count = sum(by_agent.values()) if agent_id is None else by_agent.get(agent_id, 0)
-    return {"count": count, "filter": _filter(agent_id, AT_RISK_STATUSES).to_params()}
+def _at_risk(key: HealthKey, rows: Sequence[CountRow]) -> dict[str, Any]:
+    count = sum(at_risk_by_gateway_agent(_rows_of(rows, key)).values())
+    return {"count": count, "filter": _filter(key, AT_RISK_STATUSES).to_params()}
 
 
-def _terminal_repairs(agent_id: str | None, rows: Sequence[CountRow]) -> dict[str, Any]:
+def _terminal_repairs(key: HealthKey, rows: Sequence[CountRow]) -> dict[str, Any]:
     return {
-        "count": sum(_by_status(rows, agent_id, TERMINAL_REPAIR_STATUSES).values()),
-        "filter": _filter(agent_id, TERMINAL_REPAIR_STATUSES).to_params(),
+        "count": sum(_by_status(rows, key, TERMINAL_REPAIR_STATUSES).values()),
+        "filter": _filter(key, TERMINAL_REPAIR_STATUSES).to_params(),
     }
 
 
 def health_for(
-    agents: Sequence[str | None],
+    keys: Sequence[HealthKey],
     rows: Sequence[CountRow] | None = None,
     *,
     now: int,
     count_checked: bool = True,
 ) -> list[dict[str, Any]]:
-    """Health of each agent (None: every agent together): the counts (skipped when ``rows``
-    is given) and one statement, whatever the number of agents.
+    """Health of each (gateway, agent) (None: every gateway in scope, every agent): the counts
+    (skipped when ``rows`` is given) and one statement, whatever the number of keys.
 
     ``count_checked=False`` leaves ``rowsChecked`` None and, in exchange, reads an agent's
     window only when it has a heuristic match at all: the same findings for a page that does
     not show the count."""
     rows = receipt_counts() if rows is None else rows
-    samples = _read_samples(agents, rows, count_checked=count_checked)
+    samples = _read_samples(keys, rows, count_checked=count_checked)
     return [
         {
-            "agentId": agent,
-            "memorySafety": _memory_safety(agent, rows, sample),
-            "semanticMemory": _semantic_memory(agent, rows, sample, now),
-            "terminalRepairs": _terminal_repairs(agent, rows),
-            "atRisk": _at_risk(agent, rows),
+            "agentId": key[1],
+            # The gateway whose rows are counted (None: every gateway).
+            "gateway": _gateway(key[0]),
+            "memorySafety": _memory_safety(key, rows, sample),
+            "semanticMemory": _semantic_memory(key, rows, sample, now),
+            "terminalRepairs": _terminal_repairs(key, rows),
+            "atRisk": _at_risk(key, rows),
         }
-        for agent, sample in zip(agents, samples, strict=True)
+        for key, sample in zip(keys, samples, strict=True)
     ]
 
 
 def memory_health(agent_id: str | None = None, *, now_ms: int | None = None) -> dict[str, Any]:
-    """``{"agentId", "memorySafety", "semanticMemory", "terminalRepairs", "atRisk"}``; None:
-    every agent."""
+    """``{"agentId", "gateway", "memorySafety", "semanticMemory", "terminalRepairs",
+    "atRisk"}`` of an agent (None: every agent) over the gateways in scope."""
     now = now_ms if now_ms is not None else timeutil.now_ms()
     agent = normalize_agent_id(agent_id) if agent_id else None
-    return health_for([agent], now=now)[0]
+    return health_for([(None, agent)], now=now)[0]
 
 
 def health_by_agent(
@@ -362,8 +392,11 @@ def health_by_agent(
     now_ms: int | None = None,
     count_checked: bool = True,
 ) -> list[dict[str, Any]]:
-    """Health for every agent that has rows in the ledger, sorted by agent id."""
+    """Health for every (gateway, agent) that has rows in the ledger (in the gateway scope),
+    sorted by agent id, then gateway."""
     now = now_ms if now_ms is not None else timeutil.now_ms()
     rows = receipt_counts() if rows is None else rows
-    agents = sorted({r.agent_id for r in rows if r.agent_id})
-    return health_for(agents, rows, now=now, count_checked=count_checked)
+    keys: list[HealthKey] = [
+        (g, a) for a, g in sorted({(r.agent_id, r.gateway_id) for r in rows if r.agent_id})
+    ]
+    return health_for(keys, rows, now=now, count_checked=count_checked)

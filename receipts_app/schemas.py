@@ -389,6 +389,9 @@ class AtRiskOut(Schema):
 
 class HealthOut(Schema):
     agentId: str | None  # noqa: N815
+    # The gateway whose rows are counted; None: every gateway (an agent's health without
+    # ``?gateway=``). The list gives one item per (gateway, agent).
+    gateway: str | None = None
     memorySafety: MemorySafetyOut  # noqa: N815
     semanticMemory: SemanticMemoryOut  # noqa: N815
     terminalRepairs: TerminalRepairsOut  # noqa: N815

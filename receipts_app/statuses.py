@@ -88,7 +88,7 @@ RESOLVED_STATUSES: tuple[str, ...] = (CHECKPOINT_RECOVERED, CHECKPOINT_SUPERSEDE
 # Memory AT RISK, the one definition: failures no worker will retry by itself (waiting for an
 # operator), and requeued checkpoints until the worker recovers them. The overview's cards,
 # the failure groups, time at risk, health's ``atRisk``, ``/metrics`` and the at-risk alert
-# all count exactly these (``health.at_risk_by_agent``), so their numbers agree.
+# all count exactly these (``health.at_risk_by_gateway_agent``), so their numbers agree.
 AT_RISK_STATUSES: tuple[str, ...] = (*FAILURE_STATUSES, CHECKPOINT_REQUEUED)
 # Health's memory-safety errors: content that is not safe anywhere yet (upstream's
 # checkpoint_failed, receipt_orphaned and hash_mismatch). A requeued checkpoint stays one until

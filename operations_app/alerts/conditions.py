@@ -3,6 +3,13 @@
 A ``Snapshot`` is read once per evaluation (counts table, two grouped queries, heartbeats,
 mirror state) and every rule is judged against it, so evaluation costs the same whatever the
 number of rules.
+
+Every ledger and mirror subject belongs to one gateway: an agent's subject is
+``<gateway>/<agent>`` (the same agent name on two gateways is two subjects, two incidents),
+a mirror's ``<gateway>/<source>``, and its summary names the gateway. A rule scoped to a
+gateway (``AlertRule.gateway``) judges only that gateway's rows and mirrors; an unscoped one
+every gateway's, each firing naming its own. Workers and beat serve every gateway: their
+subjects have none.
 """
 
 from __future__ import annotations
@@ -23,13 +30,14 @@ from ..models import AlertRule
 class Firing:
     value: float
     summary: str
+    gateway: str = ""  # the subject's gateway ("" for workers and beat)
 
 
 @dataclass
 class Snapshot:
     now: int
     counts: list[CountRow]
-    agents: dict[str, AgentSignals]
+    agents: dict[tuple[str, str], AgentSignals]
     beats: list[HeartbeatView] = field(default_factory=list)
     mirrors: list[MirrorView] = field(default_factory=list)
 
@@ -46,24 +54,45 @@ class Snapshot:
         )
 
 
+def subject_of(gateway: str, name: str) -> str:
+    """The incident subject of an agent or mirror source of ``gateway``."""
+    return f"{gateway}/{name}"
+
+
+def _in_gateway(rule: AlertRule, gateway: str) -> bool:
+    return rule.gateway_id is None or gateway == rule.gateway_id
+
+
 def _agents(rule: AlertRule, snap: Snapshot) -> list[AgentSignals]:
-    return [s for a, s in sorted(snap.agents.items()) if not rule.agent or a == rule.agent]
+    return [
+        s
+        for (gateway, agent), s in sorted(snap.agents.items())
+        if _in_gateway(rule, gateway) and (not rule.agent or agent == rule.agent)
+    ]
+
+
+def _who(s: AgentSignals) -> str:
+    return f"agent {s.agent or '(none)'} on gateway {s.gateway}"
 
 
 def _failures(rule: AlertRule, snap: Snapshot) -> dict[str, Firing]:
-    per_agent: dict[str, int] = {}
+    per_agent: dict[tuple[str, str], int] = {}
     for row in snap.counts:
-        if row.status not in FAILURE_STATUSES:
+        if row.status not in FAILURE_STATUSES or not _in_gateway(rule, row.gateway_id):
             continue
         if (rule.agent and row.agent_id != rule.agent) or (rule.scope and row.scope != rule.scope):
             continue
-        per_agent[row.agent_id] = per_agent.get(row.agent_id, 0) + row.count
+        key = (row.gateway_id, row.agent_id)
+        per_agent[key] = per_agent.get(key, 0) + row.count
     where = f" in scope {rule.scope}" if rule.scope else ""
     return {
-        agent: Firing(
-            n, f"{n} receipts of agent {agent or '(none)'}{where} are in a failure status"
+        subject_of(gateway, agent): Firing(
+            n,
+            f"{n} receipts of agent {agent or '(none)'} on gateway {gateway}{where} "
+            "are in a failure status",
+            gateway,
         )
-        for agent, n in sorted(per_agent.items())
+        for (gateway, agent), n in sorted(per_agent.items())
         if n >= rule.threshold
     }
 
@@ -86,34 +115,44 @@ def firing_subjects(rule: AlertRule, snap: Snapshot) -> dict[str, Firing]:
         return _failures(rule, snap)
     if c == AlertRule.BACKLOG_COUNT:
         return {
-            s.agent: Firing(s.backlog, f"repair backlog of agent {s.agent} is {s.backlog}")
+            subject_of(s.gateway, s.agent): Firing(
+                s.backlog, f"repair backlog of {_who(s)} is {s.backlog}", s.gateway
+            )
             for s in _agents(rule, snap)
             if s.backlog > rule.threshold
         }
     if c == AlertRule.BACKLOG_AGE:
         return {
-            s.agent: Firing(
+            subject_of(s.gateway, s.agent): Firing(
                 s.oldest_due_repair_age_s,
-                f"oldest due repair of agent {s.agent} has waited {s.oldest_due_repair_age_s:.0f} s",
+                f"oldest due repair of {_who(s)} has waited {s.oldest_due_repair_age_s:.0f} s",
+                s.gateway,
             )
             for s in _agents(rule, snap)
             if s.oldest_due_repair_age_s is not None and s.oldest_due_repair_age_s > rule.threshold
         }
     if c == AlertRule.AT_RISK_AGE:
         return {
-            s.agent: Firing(
+            subject_of(s.gateway, s.agent): Firing(
                 s.oldest_at_risk_age_s,
-                f"memory of agent {s.agent} has been at risk for {s.oldest_at_risk_age_s:.0f} s "
+                f"memory of {_who(s)} has been at risk for {s.oldest_at_risk_age_s:.0f} s "
                 f"({s.at_risk} unresolved failures)",
+                s.gateway,
             )
             for s in _agents(rule, snap)
             if s.oldest_at_risk_age_s is not None and s.oldest_at_risk_age_s > rule.threshold
         }
     if c == AlertRule.MIRROR_LAG:
         return {
-            m.source: Firing(m.lag_seconds, f"mirror of {m.source} lags {m.lag_seconds:.0f} s")
+            subject_of(m.gateway, m.source): Firing(
+                m.lag_seconds,
+                f"mirror of {m.source} (gateway {m.gateway}) lags {m.lag_seconds:.0f} s",
+                m.gateway,
+            )
             for m in snap.mirrors
-            if m.lag_seconds is not None and m.lag_seconds > rule.threshold
+            if m.lag_seconds is not None
+            and m.lag_seconds > rule.threshold
+            and _in_gateway(rule, m.gateway)
         }
     if c == AlertRule.WORKER_SILENT:
         return _silence("worker", rule, snap)

@@ -5,6 +5,10 @@ keeps firing nothing more is sent (dedup, guarded by a unique open-incident cons
 it stops, the incident resolves and one "resolved" notice follows. An incident that opens
 within ``cooldown_seconds`` of the previous notified one for the same subject is recorded but
 not sent (nor is its resolution): a flapping condition does not page anyone twice an hour.
+
+Every notice names its gateway: ``gateway`` in the payload is the subject's (null for workers
+and beat, which serve every gateway), ``rule_gateway`` the rule's scope (null: every gateway),
+and the summary text says it in words.
 """
 
 from __future__ import annotations
@@ -32,7 +36,14 @@ class EvaluationSummary:
 
 
 def payload_for(
-    rule: AlertRule, kind: str, *, subject: str, summary: str, value: float | None, now: int
+    rule: AlertRule,
+    kind: str,
+    *,
+    subject: str,
+    summary: str,
+    value: float | None,
+    now: int,
+    gateway: str = "",
 ) -> dict[str, Any]:
     """The notice's content (no target, no secret): what a receiver or a person needs."""
     return {
@@ -41,6 +52,8 @@ def payload_for(
         "condition": rule.condition,
         "kind": kind,
         "subject": subject,
+        "gateway": gateway or None,
+        "rule_gateway": rule.gateway_id,
         "summary": summary,
         "value": value if value is None or value != float("inf") else None,
         "threshold": rule.threshold,
@@ -72,6 +85,7 @@ def _open(rule: AlertRule, subject: str, firing: Firing, now: int, out: Evaluati
                 notified=not in_cooldown,
                 summary=firing.summary,
                 value=value,
+                gateway_id=firing.gateway,
             )
     except IntegrityError:
         return  # another evaluator opened it first: theirs sends the notice
@@ -80,7 +94,13 @@ def _open(rule: AlertRule, subject: str, firing: Firing, now: int, out: Evaluati
         out.suppressed += 1
         return
     payload = payload_for(
-        rule, "firing", subject=subject, summary=firing.summary, value=value, now=now
+        rule,
+        "firing",
+        subject=subject,
+        summary=firing.summary,
+        value=value,
+        now=now,
+        gateway=firing.gateway,
     )
     out.deliveries.append(_deliver(rule, incident, "firing", payload, now))
 
@@ -94,7 +114,13 @@ def _resolve(rule: AlertRule, incident: AlertIncident, now: int, out: Evaluation
     if incident.notified:
         summary = f"resolved: {incident.summary}"
         payload = payload_for(
-            rule, "resolved", subject=incident.subject, summary=summary, value=None, now=now
+            rule,
+            "resolved",
+            subject=incident.subject,
+            summary=summary,
+            value=None,
+            now=now,
+            gateway=incident.gateway_id,
         )
         out.deliveries.append(_deliver(rule, incident, "resolved", payload, now))
 

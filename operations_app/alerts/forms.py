@@ -37,6 +37,7 @@ class AlertRuleForm(forms.ModelForm):
         fields = [
             "name",
             "condition",
+            "gateway",
             "agent",
             "scope",
             "threshold",
@@ -50,6 +51,12 @@ class AlertRuleForm(forms.ModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["threshold"].widget.attrs.update({"step": "any"})
+        gateway = self.fields["gateway"]
+        gateway.empty_label = "Every gateway"  # type: ignore[attr-defined]
+        gateway.help_text = (
+            "Judge only this gateway's receipts and mirrors; every gateway when empty. "
+            "Each notice names the gateway it is about."
+        )
         rule = self.instance
         if rule.pk and rule.channel != AlertRule.EMAIL:
             self.initial["target"] = ""
@@ -68,6 +75,7 @@ class AlertRuleForm(forms.ModelForm):
         candidate = AlertRule(
             name=data.get("name", ""),
             condition=data.get("condition", ""),
+            gateway=data.get("gateway"),
             agent=data.get("agent", ""),
             scope=data.get("scope", ""),
             threshold=data.get("threshold") or 0.0,

@@ -17,6 +17,7 @@ from .validation import validate_rule
 EDITABLE = (
     "name",
     "condition",
+    "gateway",
     "agent",
     "scope",
     "threshold",
@@ -35,6 +36,7 @@ def check_rule(rule: AlertRule, *, secret_given: bool) -> None:
         threshold=rule.threshold,
         channel=rule.channel,
         target=rule.target,
+        gateway=rule.gateway_id,
     )
     if not (rule.name or "").strip():
         errors["name"] = "Give the alert a name."
@@ -75,13 +77,15 @@ def store_rule(rule: AlertRule, *, actor: str) -> AlertRule:
 def send_test(rule: AlertRule, *, actor: str) -> AlertDelivery:
     """Queue a test notice through the rule's channel; its attempts show like any other."""
     now = timeutil.now_ms()
+    where = f"gateway {rule.gateway_id}" if rule.gateway_id else "every gateway"
     payload = payload_for(
         rule,
         "test",
         subject="test",
-        summary=f"test notice sent by {actor}; the channel works",
+        summary=f"test notice sent by {actor} for a rule on {where}; the channel works",
         value=None,
         now=now,
+        gateway=rule.gateway_id or "",
     )
     with transaction.atomic():
         delivery = AlertDelivery.objects.create(

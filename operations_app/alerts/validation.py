@@ -16,11 +16,15 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 
+from sessions_app.gateways import Gateway
+
 from ..models import AlertRule
 
 CONNECT_CHECK_TIMEOUT_S = 3.0
 # Conditions whose threshold counts receipts (whole numbers); the rest are seconds.
 COUNT_CONDITIONS = (AlertRule.FAILURE_STATUS, AlertRule.BACKLOG_COUNT)
+# Conditions about processes that serve every gateway: a gateway scope means nothing to them.
+EVERY_GATEWAY_CONDITIONS = (AlertRule.WORKER_SILENT, AlertRule.BEAT_SILENT)
 
 
 def private_targets_allowed() -> bool:
@@ -99,12 +103,23 @@ def validate_emails(target: str) -> None:
 
 
 def validate_rule(
-    *, condition: str, threshold: float | None, channel: str, target: str
+    *,
+    condition: str,
+    threshold: float | None,
+    channel: str,
+    target: str,
+    gateway: str | None = None,
 ) -> dict[str, str]:
     """Field name → message for everything wrong with the rule (empty: the rule is fine)."""
     errors: dict[str, str] = {}
     if condition not in dict(AlertRule.CONDITIONS):
         errors["condition"] = "Choose one of the listed conditions."
+    elif gateway and condition in EVERY_GATEWAY_CONDITIONS:
+        errors["gateway"] = (
+            "Workers and beat serve every gateway: leave the gateway empty for this condition."
+        )
+    if gateway and not Gateway.objects.filter(name=gateway).exists():
+        errors["gateway"] = f"There is no gateway {gateway!r}."
     if threshold is None:
         errors["threshold"] = "Enter a threshold."
     elif threshold <= 0:

@@ -66,7 +66,7 @@ def test_failures_fire_once_then_resolve_once(
         _evaluate(django_capture_on_commit_callbacks)
         assert _kinds(receiver) == ["FIRING", "RESOLVED"]
     incident = AlertIncident.objects.get()
-    assert incident.subject == "main" and incident.resolved_at is not None
+    assert incident.subject == "local/main" and incident.resolved_at is not None
 
 
 def test_a_flapping_condition_inside_the_cooldown_is_not_sent_again(
@@ -116,7 +116,11 @@ def test_backlog_and_risk_age_conditions(allow_local_targets):
     )
     evaluate_alerts()
     opened = {i.rule_id: i.subject for i in AlertIncident.objects.all()}
-    assert opened == {backlog.pk: "ops", backlog_age.pk: "ops", risk_age.pk: "ops"}
+    assert opened == {
+        backlog.pk: "local/ops",
+        backlog_age.pk: "local/ops",
+        risk_age.pk: "local/ops",
+    }
 
 
 def test_silent_workers_and_beat(allow_local_targets):

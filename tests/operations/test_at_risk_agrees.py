@@ -95,4 +95,4 @@ def test_every_reader_counts_the_same_receipts_at_risk(read_token):
     assert _time_at_risk_counts(panel) == AT_RISK
     assert {i["agentId"]: i["atRisk"]["count"] for i in api["items"]} == AT_RISK
     assert {dict(k)["agent"]: int(v) for k, v in metrics.items() if v} == AT_RISK
-    assert {a: s.at_risk for a, s in alert.items() if s.at_risk} == AT_RISK
+    assert {a: s.at_risk for (_g, a), s in alert.items() if s.at_risk} == AT_RISK

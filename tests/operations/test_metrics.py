@@ -113,14 +113,14 @@ def test_receipts_backlog_and_risk_per_agent(read_token):
     assert (
         receipts[(("agent", "ops"), LOCAL, ("scope", "repair"), ("status", "repair_pending"))] == 2
     )
-    assert samples["opensquilla_repair_backlog"][(("agent", "ops"),)] == 2
-    assert samples["opensquilla_repair_backlog"][(("agent", "main"),)] == 0
+    assert samples["opensquilla_repair_backlog"][(("agent", "ops"), LOCAL)] == 2
+    assert samples["opensquilla_repair_backlog"][(("agent", "main"), LOCAL)] == 0
     # Only the repair that is due has an age; the one waiting on its backoff does not count.
-    assert samples["opensquilla_repair_oldest_due_age_seconds"][(("agent", "ops"),)] >= 60
-    assert (("agent", "main"),) not in samples["opensquilla_repair_oldest_due_age_seconds"]
-    assert samples["opensquilla_memory_at_risk"][(("agent", "main"),)] == 1
-    assert samples["opensquilla_memory_at_risk"][(("agent", "ops"),)] == 1
-    assert (("agent", "main"),) in samples["opensquilla_memory_at_risk_oldest_age_seconds"]
+    assert samples["opensquilla_repair_oldest_due_age_seconds"][(("agent", "ops"), LOCAL)] >= 60
+    assert (("agent", "main"), LOCAL) not in samples["opensquilla_repair_oldest_due_age_seconds"]
+    assert samples["opensquilla_memory_at_risk"][(("agent", "main"), LOCAL)] == 1
+    assert samples["opensquilla_memory_at_risk"][(("agent", "ops"), LOCAL)] == 1
+    assert (("agent", "main"), LOCAL) in samples["opensquilla_memory_at_risk_oldest_age_seconds"]
 
 
 def test_requeue_outcomes_and_plan_rows_are_counted(read_token, workspace):

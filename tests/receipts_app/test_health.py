@@ -244,7 +244,7 @@ def test_the_planner_can_answer_the_gate_from_the_mismatch_index():
 
     from receipts_app.health import _any_mismatch_sql
 
-    gate = _any_mismatch_sql("main")
+    gate = _any_mismatch_sql(None, "main")
     with connection.cursor() as cur:
         if connection.vendor == "postgresql":
             cur.execute("SET LOCAL enable_seqscan = off")

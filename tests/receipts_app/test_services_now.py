@@ -55,7 +55,7 @@ def test_a_covering_checkpoint_resolves_the_sessions_older_failures(workspace, s
     """Issue 22: after "Checkpoint now" said "Covered.", the older checkpoint_failed stayed
     failed and counted at risk."""
     from receipts_app.counts import receipt_counts
-    from receipts_app.health import at_risk_by_agent
+    from receipts_app.health import at_risk_by_gateway_agent
     from receipts_app.models import MemoryDurableReceipt
     from receipts_app.services import take_checkpoint
     from sessions_app.services import append_message, reset_session
@@ -68,7 +68,7 @@ def test_a_covering_checkpoint_resolves_the_sessions_older_failures(workspace, s
     other = make_session("agent:main:webchat:other", messages=1)
     elsewhere = checkpoint_now(session_key=other.session_key, actor=ALICE)
     assert {first.status, second.status, elsewhere.status} == {"checkpoint_failed"}
-    assert at_risk_by_agent(receipt_counts()) == {"main": 3}
+    assert at_risk_by_gateway_agent(receipt_counts()) == {("local", "main"): 3}
 
     settings.OPENSQUILLA_CHECKPOINT_WORKSPACE = str(workspace)
     saved = checkpoint_now(session_key=session.session_key, actor=ALICE)
@@ -90,7 +90,7 @@ def test_a_covering_checkpoint_resolves_the_sessions_older_failures(workspace, s
         )
     assert status(elsewhere).status == "checkpoint_failed"  # another session: not covered
     assert status(saved).status == "checkpoint_saved"  # the save itself is upstream's
-    assert at_risk_by_agent(receipt_counts()) == {"main": 1}
+    assert at_risk_by_gateway_agent(receipt_counts()) == {("local", "main"): 1}
 
     # A failure of an older generation is not covered by the new one's checkpoint.
     settings.OPENSQUILLA_CHECKPOINT_WORKSPACE = None
