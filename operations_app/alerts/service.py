@@ -55,7 +55,11 @@ def save_rule(
     """Create (``rule`` None) or update a rule. A blank ``secret`` keeps the stored one."""
     rule = rule if rule is not None else AlertRule()
     for name in EDITABLE:
-        if name in values:
+        if name == "gateway" and name in values:
+            # A gateway's name (or the Gateway); empty or None: every gateway.
+            chosen = values[name]
+            rule.gateway_id = getattr(chosen, "name", chosen) or None
+        elif name in values:
             setattr(rule, name, values[name])
     rule.target = (rule.target or "").strip()
     if secret:

@@ -14,7 +14,8 @@ from django.shortcuts import render
 
 from sessions_app.gateways import GatewayNameError, using_gateway, validate_gateway_name
 
-CONSOLE_NAMESPACES = frozenset({"receipts", "sessions"})
+# "operations": the overview's time-at-risk panel (and any operations page) reads the same way.
+CONSOLE_NAMESPACES = frozenset({"receipts", "sessions", "operations"})
 
 
 class ConsoleGatewayMiddleware:
