@@ -44,6 +44,7 @@ class MemoryDurableReceiptAdmin(ShowOnlyAdmin):
         MemoryDurableReceipt,
         (
             "receipt_id",
+            "gateway_id",
             "status",
             "scope",
             "agent_id",
@@ -134,6 +135,7 @@ class ReceiptEventAdmin(ShowOnlyAdmin):
         ReceiptEvent,
         (
             "created_at",
+            "gateway_id",
             "actor",
             "surface",
             "action",
@@ -143,7 +145,7 @@ class ReceiptEventAdmin(ShowOnlyAdmin):
             "to_status",
         ),
     )
-    list_filter = ("surface", "action", "outcome")
+    list_filter = ("gateway_id", "surface", "action", "outcome")
     search_fields = ("=receipt_id", "=actor", "=plan_id", "^session_key")
     list_select_related = False
     show_full_result_count = False

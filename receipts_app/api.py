@@ -185,7 +185,8 @@ def update_receipt(
 def list_receipt_events(
     request: HttpRequest, receipt_id: str, page: Query[ReceiptListQuery]
 ) -> dict[str, Any]:
-    """The audit timeline, oldest first. Events outlive a deleted receipt."""
+    """The audit timeline, oldest first. Events outlive a deleted receipt. Each names its
+    ``gateway``; ``?gateway=NAME`` keeps that gateway's events only."""
     result = keyset_page(
         ReceiptEvent.objects.filter(receipt_id=receipt_id),
         cursor=page.cursor,

@@ -22,6 +22,7 @@ from opensquilla_site.acting import (  # re-exported: every caller names them on
     current_actor,
 )
 from opensquilla_site.timeutil import now_ms
+from sessions_app.gateways import current_gateway
 
 from .models import ReceiptEvent
 
@@ -54,11 +55,15 @@ def build_event(
     details: dict[str, Any] | None = None,
     actor: Actor | None = None,
     at_ms: int | None = None,
+    gateway: str | None = None,
 ) -> ReceiptEvent:
+    """An unsaved event. ``gateway``: the gateway of the row it is about; the current gateway
+    (``sessions_app.gateways.current_gateway``) when the caller has no row in hand."""
     who = actor or current_actor()
     return ReceiptEvent(
         receipt_id=receipt_id,
         session_key=session_key,
+        gateway_id=gateway or current_gateway(),
         created_at=at_ms if at_ms is not None else now_ms(),
         actor=who.name[:150],
         surface=who.surface,
@@ -114,6 +119,7 @@ def record_requeue_complete(
     reason: str | None = None,
     details: dict[str, Any] | None = None,
     only_if_requeued: bool = False,
+    gateway: str | None = None,
 ) -> ReceiptEvent | None:
     """The worker's final word on requeued work (``recovered`` or ``failed``), carrying the
     plan id of the requeue it completes. With ``only_if_requeued`` nothing is recorded for
@@ -131,4 +137,5 @@ def record_requeue_complete(
         reason=reason,
         plan_id=opened.plan_id if opened is not None else None,
         details=details,
+        gateway=gateway,
     )

@@ -15,7 +15,7 @@ from django.db.models.functions import Coalesce
 
 from opensquilla_site.acting import SURFACES as ACTING_SURFACES
 from opensquilla_site.timeutil import now_ms
-from sessions_app.gateways import GatewayManager, GatewayQuerySet, gateway_field
+from sessions_app.gateways import GatewayManager, GatewayQuerySet, current_gateway, gateway_field
 
 from .statuses import REPAIR_QUEUE_STATUSES
 
@@ -174,6 +174,11 @@ class ReceiptEvent(models.Model):
     # would only cost every audited write two more b-tree inserts.
     receipt_id = models.CharField(max_length=128)
     session_key = models.TextField(blank=True, default="")
+    # The gateway of the receipt or session the event is about (``local`` for events written
+    # before gateways had their own). A plain name, as in the counts: the trail outlives rows,
+    # and an audited write checks no foreign key. No index: the audit log's gateway filter
+    # walks idx_event_created newest first (docs/OPERATIONS.md).
+    gateway_id = models.CharField(max_length=64, default=current_gateway)
     created_at = models.BigIntegerField(default=now_ms)
     actor = models.CharField(max_length=150, default="system")
     surface = models.CharField(max_length=16, default="system")
@@ -184,6 +189,9 @@ class ReceiptEvent(models.Model):
     reason = models.TextField(null=True, blank=True)
     plan_id = models.CharField(max_length=64, null=True, blank=True)
     details = models.JSONField(default=dict, blank=True)
+
+    # Lists span every gateway unless an edge chose one (the audit log's ``?gateway=``).
+    objects: GatewayManager[ReceiptEvent] = GatewayManager()
 
     class Meta:
         ordering = ["created_at", "id"]

@@ -605,6 +605,7 @@ def remove_duplicate_legacy_repairs(*, actor: audit.Actor) -> list[str]:
                 reason="legacy raw-fallback import repeated under another agent",
                 details={"path": row.source_path, "agent_id": row.agent_id},
                 actor=actor,
+                gateway=row.gateway_id,
             )
             removed.append(row.receipt_id)
     return removed

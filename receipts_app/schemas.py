@@ -221,6 +221,11 @@ class ReceiptPatchIn(_ReceiptColumns):
 
 class ReceiptEventOut(ModelSchema):
     details: dict[str, Any]
+    gateway: str  # the gateway of the receipt or session the event is about
+
+    @staticmethod
+    def resolve_gateway(obj: Any) -> str:
+        return gateway_name(obj)
 
     class Meta:
         model = ReceiptEvent

@@ -100,6 +100,7 @@ def _record_trigger(
         outcome=outcome,
         details=details,
         actor=actor,
+        gateway=session.gateway_id,
     )
 
 

@@ -113,9 +113,9 @@ class SessionAdmin(ShowOnlyAdmin):
 @admin.register(TranscriptEntry)
 class TranscriptEntryAdmin(ShowOnlyAdmin):
     list_display = with_dates(
-        TranscriptEntry, ("id", "session_key", "role", "created_at", "token_count")
+        TranscriptEntry, ("id", "gateway_id", "session_key", "role", "created_at", "token_count")
     )
-    list_filter = ("role",)
+    list_filter = ("gateway", "role")
     search_fields = ("=session_id", "^session_key", "=message_id")
     list_select_related = False
     show_full_result_count = False

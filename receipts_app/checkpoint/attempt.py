@@ -101,6 +101,7 @@ def supersede_covered_failures(saved: MemoryDurableReceipt) -> list[str]:
                     outcome="superseded",
                     details={"superseded_by": saved.receipt_id},
                     at_ms=stamp,
+                    gateway=saved.gateway_id,
                 )
                 for _pk, rid, _at in rows
             ]

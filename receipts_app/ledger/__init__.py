@@ -339,6 +339,7 @@ def claim_memory_repair_receipt(
             from_status=source,
             to_status=claimed_status,
             at_ms=now_ms,
+            gateway=row.gateway_id,
         )
         return row
 
@@ -357,7 +358,7 @@ def recover_stale_memory_repair_claims(
         stale = MemoryDurableReceipt.objects.select_for_update().filter(
             status=running_status, updated_at__lte=stale_before_ms
         )
-        rows = list(stale.values_list("receipt_id", "session_key"))
+        rows = list(stale.values_list("receipt_id", "session_key", "gateway_id"))
         if not rows:
             return 0
         changed = MemoryDurableReceipt.objects.filter(
@@ -378,8 +379,9 @@ def recover_stale_memory_repair_claims(
                     to_status=pending_status,
                     reason=reason,
                     at_ms=updated_at_ms,
+                    gateway=gateway,
                 )
-                for rid, key in rows
+                for rid, key, gateway in rows
             ]
         )
         return changed

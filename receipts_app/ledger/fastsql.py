@@ -44,8 +44,8 @@ EV = ReceiptEvent._meta.db_table
 READ_COLUMNS: tuple[str, ...] = tuple(f.attname for f in MemoryDurableReceipt._meta.concrete_fields)
 _READ = ", ".join(READ_COLUMNS)
 _EVENT_COLUMNS = (
-    "receipt_id, session_key, created_at, actor, surface, action, from_status, to_status, "
-    "outcome, reason, plan_id, details"
+    "receipt_id, session_key, gateway_id, created_at, actor, surface, action, from_status, "
+    "to_status, outcome, reason, plan_id, details"
 )
 _UPSERT_DETAILS = json.dumps({"via": "upsert"})
 _UPDATE_DETAILS = json.dumps({})
@@ -106,15 +106,15 @@ _PG_UPSERT = (
     f"(SELECT p.status FROM {T} p WHERE p.gateway_id = %s AND p.idempotency_key = %s) "
     f"AS prior_status), "
     f"ev AS (INSERT INTO {EV} ({_EVENT_COLUMNS}) "
-    f"SELECT receipt_id, session_key, %s, %s, %s, 'status_change', prior_status, status, "
-    f"NULL, reason, NULL, %s::jsonb FROM up WHERE prior_status <> status) "
+    f"SELECT receipt_id, session_key, gateway_id, %s, %s, %s, 'status_change', prior_status, "
+    f"status, NULL, reason, NULL, %s::jsonb FROM up WHERE prior_status <> status) "
     f"SELECT {_READ} FROM up"
 )
 _SQLITE_UPSERT = f"{_INSERT} RETURNING {_READ}"
 _SQLITE_PRIOR_BY_KEY = f"SELECT status FROM {T} WHERE gateway_id = %s AND idempotency_key = %s"
 _EVENT_INSERT = (
     f"INSERT INTO {EV} ({_EVENT_COLUMNS}) "
-    f"VALUES (%s, %s, %s, %s, %s, 'status_change', %s, %s, NULL, %s, NULL, %s)"
+    f"VALUES (%s, %s, %s, %s, %s, %s, 'status_change', %s, %s, NULL, %s, NULL, %s)"
 )
 
 
@@ -153,6 +153,7 @@ def _sqlite_event(
         [
             row.receipt_id,
             row.session_key,
+            row.gateway_id,
             stamp,
             *_actor_params(),
             prior,
@@ -181,8 +182,9 @@ def _update_sql(names: tuple[str, ...], vendor: str, audited: bool) -> str:
     if audited:
         sql += (
             f", ev AS (INSERT INTO {EV} ({_EVENT_COLUMNS}) "
-            f"SELECT receipt_id, session_key, %s, %s, %s, 'status_change', prior_status, status, "
-            f"NULL, reason, NULL, %s::jsonb FROM up WHERE prior_status <> status)"
+            f"SELECT receipt_id, session_key, gateway_id, %s, %s, %s, 'status_change', "
+            f"prior_status, status, NULL, reason, NULL, %s::jsonb FROM up "
+            f"WHERE prior_status <> status)"
         )
     return sql + f" SELECT {_READ} FROM up"
 

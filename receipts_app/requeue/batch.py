@@ -99,6 +99,7 @@ def requeue_batch(
                     actor,
                     reason,
                     plan_id,
+                    locked[pk].gateway_id if pk in locked else None,
                 )
                 for pk, _rid in targets
             ]

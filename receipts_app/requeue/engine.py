@@ -122,7 +122,7 @@ def requeue_receipt(
         row = _locked_row(receipt_id)
         if row is None:
             result = RequeueResult(receipt_id, Outcome.NOT_FOUND, "receipt not found", None)
-            _record_requeue(result, None, "", actor, reason, plan_id)
+            _record_requeue(result, None, "", actor, reason, plan_id, None)
             _record_requeue_outcome(result)
             return result
         from_status = row.status
@@ -131,7 +131,9 @@ def requeue_receipt(
             result = RequeueResult(receipt_id, Outcome.STALE, stale, row.status)
         else:
             result = _apply_requeue(row)
-        _record_requeue(result, from_status, row.session_key, actor, reason, plan_id)
+        _record_requeue(
+            result, from_status, row.session_key, actor, reason, plan_id, row.gateway_id
+        )
         _record_requeue_outcome(result)
         return result
 
@@ -164,8 +166,11 @@ def _record_requeue(
     actor: Actor,
     reason: str,
     plan_id: str | None,
+    gateway: str | None,
 ) -> None:
-    requeue_event(result, from_status, session_key, actor, reason, plan_id).save(force_insert=True)
+    requeue_event(result, from_status, session_key, actor, reason, plan_id, gateway).save(
+        force_insert=True
+    )
 
 
 def requeue_event(
@@ -175,8 +180,10 @@ def requeue_event(
     actor: Actor,
     reason: str,
     plan_id: str | None,
+    gateway: str | None = None,
 ) -> ReceiptEvent:
-    """The audit event of one requeue call (unsaved), whatever its outcome."""
+    """The audit event of one requeue call (unsaved), whatever its outcome, in the gateway of
+    the receipt (None: not found, the current gateway)."""
     details: dict[str, Any] = {"message": result.message}
     if result.task_id:
         details["task_id"] = result.task_id
@@ -193,6 +200,7 @@ def requeue_event(
         plan_id=plan_id,
         details=details,
         actor=actor,
+        gateway=gateway,
     )
 
 
@@ -252,6 +260,7 @@ def complete_checkpoint_requeue(
             outcome=outcome,
             reason=why,
             details=details,
+            gateway=row.gateway_id,
         )
 
 
@@ -271,9 +280,9 @@ def acknowledge_receipt(
         row = _locked_row(receipt_id)
         if row is None:
             result = AcknowledgeResult(receipt_id, AckOutcome.NOT_FOUND, "receipt not found", None)
-            session_key = ""
+            session_key, gateway = "", None
         else:
-            session_key = row.session_key
+            session_key, gateway = row.session_key, row.gateway_id
             result = _apply_acknowledge(row, expected_status, expected_updated_at)
         audit.record_event(
             receipt_id=receipt_id,
@@ -285,6 +294,7 @@ def acknowledge_receipt(
             reason=reason,
             details={"message": result.message},
             actor=actor,
+            gateway=gateway,
         )
         return result
 

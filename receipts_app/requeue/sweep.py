@@ -79,6 +79,7 @@ def _sweep_checkpoints(now_ms: int) -> list[str]:
                 reason="checkpoint task lost or late; sent again",
                 details={"task_id": task_id},
                 actor=audit.WORKER,
+                gateway=gateway,
             )
         resent.append(receipt_id)
     return resent

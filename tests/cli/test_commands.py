@@ -60,7 +60,9 @@ def ledger_rows():
 
 def db_record(receipt_id: str) -> dict:
     row = MemoryDurableReceipt.objects.get(receipt_id=receipt_id)
-    return {name: getattr(row, name) for name in export_receipts.EXPORT_FIELDS}
+    # The gateway is exported by name (its column), as the API names it.
+    column = {"gateway": "gateway_id"}
+    return {name: getattr(row, column.get(name, name)) for name in export_receipts.EXPORT_FIELDS}
 
 
 def test_export_jsonl_round_trips_every_column(ledger_rows, tmp_path):
@@ -107,6 +109,30 @@ def test_export_filters_match_the_api_filter(ledger_rows):
         "export_receipts", "--filter", "scope=checkpoint", "--created-to", "1970-01-01T00:00:01.001"
     )
     assert sorted(json.loads(line)["created_at"] for line in out.splitlines()) == [1000, 1001]
+
+
+def test_every_exported_row_names_its_gateway(tmp_path):
+    from sessions_app.gateways import ensure_gateway, using_gateway
+
+    ensure_gateway("edge")
+    key = "agent:main:webchat:default"
+    local = make_receipt(session_key=key, status="checkpoint_failed")
+    with using_gateway("edge"):
+        edge = make_receipt(session_key=key, status="checkpoint_failed")
+    out, _ = run("export_receipts", "--format", "jsonl")
+    assert {
+        json.loads(line)["receipt_id"]: json.loads(line)["gateway"] for line in out.splitlines()
+    } == {
+        local.receipt_id: "local",
+        edge.receipt_id: "edge",
+    }
+    target = tmp_path / "edge.csv"
+    run("export_receipts", "--format", "csv", "--gateway", "edge", "--output", str(target))
+    with target.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["receipt_id"], r["gateway"], r["session_key"]) for r in rows] == [
+        (edge.receipt_id, "edge", key)
+    ]
 
 
 def test_export_walks_every_page_once(ledger_rows, monkeypatch):

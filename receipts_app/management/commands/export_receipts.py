@@ -22,12 +22,16 @@ from receipts_app.management import cli
 from receipts_app.models import MemoryDurableReceipt
 from receipts_app.selectors import ReceiptFilter, page_receipts
 
-EXPORT_FIELDS: tuple[str, ...] = LEDGER_FIELDS + ("agent_id", "resolved_by_receipt_id")
+# ``gateway``: the gateway the receipt belongs to (session keys and idempotency keys are
+# unique only within it), as the API names it.
+EXPORT_FIELDS: tuple[str, ...] = LEDGER_FIELDS + ("agent_id", "resolved_by_receipt_id", "gateway")
 PAGE_SIZE = 500
+# Where a field is on the row when its name differs (the gateway's name is its column).
+_COLUMN = {"gateway": "gateway_id"}
 
 
 def receipt_record(row: MemoryDurableReceipt) -> dict[str, Any]:
-    return {name: getattr(row, name) for name in EXPORT_FIELDS}
+    return {name: getattr(row, _COLUMN.get(name, name)) for name in EXPORT_FIELDS}
 
 
 def iter_receipts(receipt_filter: ReceiptFilter) -> Iterator[MemoryDurableReceipt]:
