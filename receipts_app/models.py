@@ -191,7 +191,7 @@ class ReceiptEvent(models.Model):
     details = models.JSONField(default=dict, blank=True)
 
     # Lists span every gateway unless an edge chose one (the audit log's ``?gateway=``).
-    objects: GatewayManager[ReceiptEvent] = GatewayManager()
+    objects = GatewayManager["ReceiptEvent"]()
 
     class Meta:
         ordering = ["created_at", "id"]
