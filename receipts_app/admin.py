@@ -20,6 +20,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from opensquilla_site.admin_dates import ShowOnlyAdmin, with_dates
+from sessions_app.gateways import Gateway
 
 from .audit import Actor
 from .models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
@@ -161,15 +162,44 @@ class ReceiptEventAdmin(ShowOnlyAdmin):
         return False
 
 
+class PlanGatewayFilter(admin.SimpleListFilter):
+    """A plan's gateway is frozen in its filter (``filters["gateway"]``; absent: every one)."""
+
+    title = "gateway"
+    parameter_name = "gateway"
+    EVERY = "-"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        names = Gateway.objects.order_by("name").values_list("name", flat=True)
+        return [*((n, n) for n in names), (self.EVERY, "every gateway")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if not value:
+            return queryset
+        if value == self.EVERY:
+            return queryset.filter(filters__gateway__isnull=True)
+        return queryset.filter(filters__gateway=value)
+
+
 @admin.register(RequeuePlan)
 class RequeuePlanAdmin(ShowOnlyAdmin):
     """Plans are created and executed by the requeue service; the admin only shows them."""
 
     list_display = with_dates(
         RequeuePlan,
-        ("plan_id", "state", "created_by", "surface", "total", "processed", "created_at"),
+        (
+            "plan_id",
+            "plan_gateway",
+            "state",
+            "created_by",
+            "surface",
+            "total",
+            "processed",
+            "created_at",
+        ),
     )
-    list_filter = ("state", "surface")
+    list_filter = ("state", PlanGatewayFilter, "surface")
     search_fields = ("=plan_id", "=created_by")
     list_select_related = False
     ordering = ("-created_at",)
@@ -182,3 +212,7 @@ class RequeuePlanAdmin(ShowOnlyAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # the audit log and a running plan's worker name it by id
+
+    @admin.display(description="gateway")
+    def plan_gateway(self, obj: RequeuePlan) -> str:
+        return str((obj.filters or {}).get("gateway") or "every gateway")
