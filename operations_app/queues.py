@@ -32,8 +32,21 @@ class QueueDepth:
     error: str = ""
 
 
+def default_queue() -> str:
+    return str(getattr(settings, "CELERY_TASK_DEFAULT_QUEUE", None) or DEFAULT_QUEUE)
+
+
 def _queue_names() -> list[str]:
-    names = {getattr(settings, "CELERY_TASK_DEFAULT_QUEUE", DEFAULT_QUEUE)}
+    from sessions_app.gateways import Gateway, gateway_queue
+
+    names = {default_queue()}
+    # Every gateway's own queue (``gateway.<name>``), so its backlog shows while no one runs it.
+    try:
+        names.update(
+            q for q in map(gateway_queue, Gateway.objects.values_list("name", flat=True)) if q
+        )
+    except Exception:  # noqa: BLE001 - the page shows the other queues
+        logger.warning("could not list the gateways' queues", exc_info=True)
     for route in (getattr(settings, "CELERY_TASK_ROUTES", None) or {}).values():
         if isinstance(route, dict) and route.get("queue"):
             names.add(str(route["queue"]))
