@@ -160,7 +160,7 @@ def _apply_requeue(row: MemoryDurableReceipt) -> RequeueResult:
     superseded_by = saved_id if outcome is Outcome.SUPERSEDED else None
     result = RequeueResult(rid, outcome, message, move.status, superseded_by, task_id)
     if task_id is not None:
-        result.warning = next(iter(no_worker_warnings([row.gateway_id])), None)
+        result.warning = next(iter(no_worker_warnings([str(row.gateway_id)])), None)
     return result
 
 
