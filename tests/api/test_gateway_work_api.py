@@ -8,13 +8,15 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.test import Client
 from django.urls import reverse
 
+from opensquilla_site.tokens import create_api_token
 from operations_app import heartbeats
 from receipts_app.models import OutboxMessage
 from sessions_app.gateways import ensure_gateway, using_gateway
 from tests.console.conftest import operator_client, viewer_client  # noqa: F401
-from tests.factories import make_receipt, make_session
+from tests.factories import make_receipt, make_session, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -116,3 +118,15 @@ def test_the_liveness_page_has_a_row_per_gateway_queue_with_its_live_workers(
     assert "none" in rows["b"] and B_WAITS in rows["b"]
     # b's queue is among the queues whose depth the page reads.
     assert "<code>gateway.b</code>" in html
+
+
+def test_metrics_export_each_gateways_queue_depth(db, settings, tmp_path):
+    settings.CELERY_BROKER_URL = f"sqlite:///{tmp_path / 'broker.sqlite3'}"
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {}
+    failed_in("b")
+    _token, plaintext = create_api_token(
+        user=make_user("scraper", "viewer"), name="prometheus", scope="read"
+    )
+    body = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {plaintext}").content.decode()
+    assert 'opensquilla_queue_depth{queue="gateway.b"} 0.0' in body
+    assert 'opensquilla_queue_depth{queue="celery"}' in body
