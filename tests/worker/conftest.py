@@ -250,12 +250,11 @@ class Worker:
 def start_worker(
     tmp_path: Path, celery_queue: str, shared_workspaces: Workspaces
 ) -> Iterator[Callable[..., Worker]]:
-    """Factory: ``start_worker(**env)`` starts a worker and waits until it is ready;
-    ``queue=`` makes it consume that queue instead of the test's private one."""
+    """Factory: ``start_worker(**env)`` starts a worker and waits until it is ready."""
     started: list[Worker] = []
     database_url = worker_database_url()
 
-    def start(*, queue: str | None = None, **env_overrides: str) -> Worker:
+    def start(**env_overrides: str) -> Worker:
         env = dict(os.environ)
         env.pop("CELERY_TASK_ALWAYS_EAGER", None)
         env.update(
@@ -284,7 +283,7 @@ def start_worker(
             "--pool=solo",
             "--concurrency=1",
             "-Q",
-            queue or celery_queue,
+            celery_queue,
             "-n",
             f"{celery_queue}-{len(started) + 1}@%h",
             "--without-gossip",
