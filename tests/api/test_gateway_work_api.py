@@ -130,3 +130,20 @@ def test_metrics_export_each_gateways_queue_depth(db, settings, tmp_path):
     body = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {plaintext}").content.decode()
     assert 'opensquilla_queue_depth{queue="gateway.b"} 0.0' in body
     assert 'opensquilla_queue_depth{queue="celery"}' in body
+
+
+def test_an_in_process_checkpoint_or_flush_of_another_gateway_is_refused_not_misfiled(
+    operator, workspace
+):
+    failed_in("b")
+    checkpoint = operator.post(f"/sessions/{KEY}/checkpoints?wait=true&gateway=b", {})
+    assert checkpoint.status_code == 409, checkpoint.content
+    assert checkpoint.json()["code"] == "conflict"
+    assert "belongs to gateway b" in checkpoint.json()["detail"]
+    flush = operator.post(f"/sessions/{KEY}/flush?wait=true&gateway=b")
+    assert flush.status_code == 409 and "queue it" in flush.json()["detail"]
+    assert sorted(p for p in workspace.rglob("*") if p.is_file()) == []
+    # Queued instead, it goes to b's own worker.
+    queued = operator.post(f"/sessions/{KEY}/checkpoints?gateway=b", {})
+    assert queued.status_code == 202
+    assert OutboxMessage.objects.get(task_id=queued.json()["task_id"]).queue == "gateway.b"
