@@ -803,7 +803,9 @@ def run_memory_repair_once(
     params = params or {}
     selected_path = raw_fallback_rel_path(path) if path is not None else None
     root = memory_workspace_for_agent(agent)
-    with audit.acting_as(audit.WORKER):
+    # This process's memory workspace is its own gateway's: only that gateway's rows,
+    # summaries and archives are repaired here (``manage.py repair_once`` included).
+    with audit.acting_as(audit.WORKER), using_gateway(served_gateway()):
         if any(key in params for key in COMPACTION_SELECTORS):
             return _repair_compactions(
                 agent,

@@ -299,3 +299,21 @@ def test_a_silent_worker_does_not_count_as_live(gateways, settings):
     Heartbeat.objects.filter(name="celery@host-b").update(seen_at=timeutil.now_ms() - 3_600_000)
     result = requeue_receipt(receipt_id=gateways["b"].receipt_id, actor=ALICE)
     assert result.warning is not None and "gateway b" in result.warning
+
+
+def test_a_repair_pass_by_hand_repairs_only_the_served_gateways_rows(monkeypatch):
+    # ``manage.py repair_once --agent main`` runs this pass in the calling process, whose
+    # memory workspace is its own gateway's (local): b's due row is left for b's worker.
+    ensure_gateway("b")
+    with using_gateway("b"):
+        repair_row("repair_pending", attempt_count=0)
+    local_due = repair_row("repair_pending", attempt_count=0)
+    seen: list[str] = []
+    monkeypatch.setattr(
+        repair,
+        "repair_durable_receipt_source",
+        lambda row, **_kw: seen.append(row.receipt_id) or {"status": "repair_done"},
+    )
+    monkeypatch.setattr(repair, "memory_workspace_for_agent", lambda _agent: "/nonexistent")
+    repair.run_memory_repair_once("main", limit=5)
+    assert seen == [local_due.receipt_id]
