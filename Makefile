@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # hand), honcho and every process read. The test suite never reads .env.
 RUN_WORKSPACE ?= $(CURDIR)/var/workspace
 
-.PHONY: install system-deps migrate run demo test lint typecheck pytest bench bench-writes bench-report soak soak-embedded clean
+.PHONY: install system-deps migrate run run-edge demo test lint typecheck pytest bench bench-writes bench-report soak soak-embedded clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ demo: .env migrate
 run: demo
 	$(BIN)/python manage.py bootstrap_operator
 	@trap '' INT; $(BIN)/honcho start -f Procfile || { rc=$$?; [ $$rc -eq 130 ] || [ $$rc -eq 143 ]; }
+
+# On a gateway's host: its mirror follower and a worker for its queue (Procfile.edge), against
+# the central DATABASE_URL and CELERY_BROKER_URL (docs/OPERATIONS.md, "Edge deployment").
+run-edge: install
+	@trap '' INT; $(BIN)/honcho start -f Procfile.edge || { rc=$$?; [ $$rc -eq 130 ] || [ $$rc -eq 143 ]; }
 
 lint: install
 	$(BIN)/ruff check .

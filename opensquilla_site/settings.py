@@ -218,6 +218,11 @@ OPENSQUILLA_SOURCE_WORKSPACE = os.environ.get("OPENSQUILLA_SOURCE_WORKSPACE") or
 # (receipts_app.mirror.sources parses it; OPENSQUILLA_SOURCE_DB above is the gateway "local").
 OPENSQUILLA_SOURCES = os.environ.get("OPENSQUILLA_SOURCES") or None
 OPENSQUILLA_MIRROR_INTERVAL = float(os.environ.get("OPENSQUILLA_MIRROR_INTERVAL", "0.5"))
+# The gateway whose workspaces this host's worker was given (docs/OPERATIONS.md, "Edge
+# deployment"): a worker refuses the rows of any other gateway. Unset: ``local``, the central
+# process set. A gateway's work goes to the queue PREFIX + NAME (default ``gateway.NAME``).
+OPENSQUILLA_GATEWAY = os.environ.get("OPENSQUILLA_GATEWAY") or "local"
+OPENSQUILLA_GATEWAY_QUEUE_PREFIX = os.environ.get("OPENSQUILLA_GATEWAY_QUEUE_PREFIX") or "gateway."
 
 # --- Celery ----------------------------------------------------------------------------
 # The embedded broker is kombu's SQLAlchemy transport on a SQLite file under var/

@@ -7,14 +7,18 @@ class OperationsAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Celery signal receivers: task statistics, worker heartbeats, beat ticks.
         from receipts_app.signals import requeue_outcomes_recorded
+        from sessions_app.gateways import register_queue_consumers
 
+        # Celery signal receivers: task statistics, worker heartbeats, beat ticks.
         # tasks: registered in every process, since deliveries are published by name.
         from . import celery_signals, tasks  # noqa: F401
         from .counters import count_requeue_outcomes
+        from .liveness import queue_consumers
 
         # The requeue services announce their outcomes; /metrics counts them.
         requeue_outcomes_recorded.connect(
             count_requeue_outcomes, dispatch_uid="operations_app.count_requeue_outcomes"
         )
+        # Who consumes which queue, for the "no live worker" warnings (sessions_app.gateways).
+        register_queue_consumers(queue_consumers)

@@ -88,10 +88,32 @@ def _worker_name(sender: Any) -> str:
     return f"celery@{socket.gethostname()}.{os.getpid()}"
 
 
+def _consumed_queues(sender: Any) -> list[str]:
+    """The queues this worker consumes (``-Q``), as its consumer or its app knows them."""
+    consumer = getattr(sender, "task_consumer", None)
+    queues = getattr(consumer, "queues", None)
+    names = [getattr(q, "name", "") for q in queues or ()]
+    if not any(names):
+        app = getattr(sender, "app", None)
+        declared = getattr(getattr(app, "amqp", None), "queues", None)
+        chosen = getattr(declared, "consume_from", None) or declared or {}
+        names = list(chosen)
+    return sorted({str(n) for n in names if n})
+
+
 @signals.worker_ready.connect
 def _worker_ready(sender: Any = None, **_: Any) -> None:
+    from sessions_app.gateways import served_gateway
+
     try:
-        heartbeats.mark_started("worker", _worker_name(sender), {"pid": os.getpid()})
+        # What it consumes and whose workspaces it was given: the liveness page and the
+        # "no live worker" warnings read this row, never a broadcast to the workers.
+        details = {
+            "pid": os.getpid(),
+            "queues": _consumed_queues(sender),
+            "gateway": served_gateway(),
+        }
+        heartbeats.mark_started("worker", _worker_name(sender), details)
     except Exception:  # noqa: BLE001
         logger.warning("could not record the worker start", exc_info=True)
     _start_beat_watch()

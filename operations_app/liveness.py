@@ -14,6 +14,7 @@ from opensquilla_site import timeutil
 
 from .heartbeats import HeartbeatView, heartbeats
 from .mirror import MirrorView, mirror_views
+from .models import Heartbeat
 from .processes import SupervisedProcess, supervised_processes
 from .queues import QueueDepth, queue_depths
 
@@ -21,6 +22,52 @@ from .queues import QueueDepth, queue_depths
 def stale_after_s() -> float:
     """A worker or beat not heard from for this long is shown (and alerted) as silent."""
     return float(getattr(settings, "OPENSQUILLA_HEARTBEAT_STALE_SECONDS", 60))
+
+
+def queue_consumers(now: int | None = None) -> dict[str, list[str]]:
+    """``{queue: [worker names]}`` of the live workers (one read of the heartbeats): each
+    worker records the queues it consumes when it starts (``celery_signals``)."""
+    now = timeutil.now_ms() if now is None else now
+    cutoff = now - stale_after_s() * 1000
+    out: dict[str, list[str]] = {}
+    rows = Heartbeat.objects.filter(kind="worker", state="running", seen_at__gte=cutoff)
+    for name, details in rows.order_by("name").values_list("name", "details"):
+        queues = details.get("queues") if isinstance(details, dict) else None
+        for queue in queues or ():
+            out.setdefault(str(queue), []).append(name)
+    return out
+
+
+@dataclass(frozen=True)
+class GatewayQueue:
+    """One gateway's queue and the live workers consuming it (none: its work waits)."""
+
+    gateway: str
+    queue: str
+    workers: list[str]
+    warning: str = ""
+
+
+def gateway_queues(consumers: dict[str, list[str]] | None = None) -> list[GatewayQueue]:
+    """A row per gateway: ``local`` on the default queue, every other on ``gateway.<name>``."""
+    from sessions_app.gateways import (
+        DEFAULT_GATEWAY,
+        Gateway,
+        gateway_queue,
+        no_worker_warning,
+    )
+
+    from .queues import default_queue
+
+    consumers = queue_consumers() if consumers is None else consumers
+    names = set(Gateway.objects.values_list("name", flat=True)) | {DEFAULT_GATEWAY}
+    rows = []
+    for name in sorted(names, key=lambda n: (n != DEFAULT_GATEWAY, n)):
+        queue = gateway_queue(name) or default_queue()
+        workers = consumers.get(queue, [])
+        warning = "" if workers or name == DEFAULT_GATEWAY else no_worker_warning(name)
+        rows.append(GatewayQueue(name, queue, workers, warning))
+    return rows
 
 
 @dataclass(frozen=True)
@@ -42,6 +89,7 @@ class LivenessReport:
     queues: list[QueueDepth] = field(default_factory=list)
     mirrors: list[MirrorView] = field(default_factory=list)
     processes: list[SupervisedProcess] = field(default_factory=list)
+    gateway_queues: list[GatewayQueue] = field(default_factory=list)
 
     @property
     def restarts(self) -> int:
@@ -66,4 +114,5 @@ def liveness_report(now: int | None = None) -> LivenessReport:
     report.queues = queue_depths()
     report.mirrors = mirror_views()
     report.processes = supervised_processes()
+    report.gateway_queues = gateway_queues()
     return report

@@ -19,7 +19,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from opensquilla_site import timeutil
-from receipts_app.counts import receipt_counts
+from receipts_app.counts import CountRow, receipt_counts
 
 from . import counters, heartbeats
 from .ledger_state import agent_signals
@@ -30,8 +30,7 @@ from .queues import queue_depths
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def _ledger_metrics(now: int) -> Iterator[Metric]:
-    counts = receipt_counts()
+def _ledger_metrics(now: int, counts: list[CountRow]) -> Iterator[Metric]:
     receipts = GaugeMetricFamily(
         "opensquilla_receipts",
         "Receipts in the ledger per agent, scope, status and gateway.",
@@ -111,7 +110,7 @@ def _task_metrics() -> Iterator[Metric]:
     yield from (runs, failures, durations)
 
 
-def _liveness_metrics() -> Iterator[Metric]:
+def _liveness_metrics(gateways: set[str]) -> Iterator[Metric]:
     rows = heartbeats.heartbeats()
     worker = GaugeMetricFamily(
         "opensquilla_worker_last_heartbeat_timestamp_seconds",
@@ -132,7 +131,8 @@ def _liveness_metrics() -> Iterator[Metric]:
     depth = GaugeMetricFamily(
         "opensquilla_queue_depth", "Messages waiting per Celery queue.", labels=["queue"]
     )
-    for q in queue_depths():
+    # Every gateway with receipts has its queue here (from the counts already read).
+    for q in queue_depths(gateways=gateways):
         if q.depth is not None:
             depth.add_metric([q.queue], q.depth)
     yield depth
@@ -152,10 +152,11 @@ def _liveness_metrics() -> Iterator[Metric]:
 class OpensquillaCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         now = timeutil.now_ms()
-        yield from _ledger_metrics(now)
+        counts = receipt_counts()
+        yield from _ledger_metrics(now, counts)
         yield from _counter_metrics()
         yield from _task_metrics()
-        yield from _liveness_metrics()
+        yield from _liveness_metrics({row.gateway_id for row in counts})
 
 
 def render_metrics() -> bytes:

@@ -8,6 +8,7 @@ Other brokers report nothing here (depth unknown), rather than guess.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -32,20 +33,33 @@ class QueueDepth:
     error: str = ""
 
 
-def _queue_names() -> list[str]:
-    names = {getattr(settings, "CELERY_TASK_DEFAULT_QUEUE", DEFAULT_QUEUE)}
+def default_queue() -> str:
+    return str(getattr(settings, "CELERY_TASK_DEFAULT_QUEUE", None) or DEFAULT_QUEUE)
+
+
+def _queue_names(gateways: Iterable[str] | None = None) -> list[str]:
+    from sessions_app.gateways import Gateway, gateway_queue
+
+    names = {default_queue()}
+    # Every gateway's own queue (``gateway.<name>``), so its backlog shows while no one runs it.
+    try:
+        if gateways is None:
+            gateways = Gateway.objects.values_list("name", flat=True)
+        names.update(q for q in map(gateway_queue, gateways) if q)
+    except Exception:  # noqa: BLE001 - the page shows the other queues
+        logger.warning("could not list the gateways' queues", exc_info=True)
     for route in (getattr(settings, "CELERY_TASK_ROUTES", None) or {}).values():
         if isinstance(route, dict) and route.get("queue"):
             names.add(str(route["queue"]))
     return sorted(names)
 
 
-def _redis_depths(url: str, now: int) -> list[QueueDepth]:
+def _redis_depths(url: str, now: int, known: list[str]) -> list[QueueDepth]:
     import redis
 
     client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
     try:
-        found = set(_queue_names())
+        found = set(known)
         pipe = client.pipeline(transaction=False)
         names = sorted(found)
         for name in names:
@@ -62,8 +76,8 @@ def _redis_depths(url: str, now: int) -> list[QueueDepth]:
     ]
 
 
-def _embedded_depths(url: str, now: int) -> list[QueueDepth]:
-    counts = dict.fromkeys(_queue_names(), 0)
+def _embedded_depths(url: str, now: int, known: list[str]) -> list[QueueDepth]:
+    counts = dict.fromkeys(known, 0)
     try:
         counts.update(embedded_broker.queue_depths(url))
     except FileNotFoundError:
@@ -71,20 +85,19 @@ def _embedded_depths(url: str, now: int) -> list[QueueDepth]:
     return [QueueDepth(name, n, "sqlite", now) for name, n in sorted(counts.items())]
 
 
-def queue_depths() -> list[QueueDepth]:
-    """Depth of every known queue (the default one, the routed ones, any found on disk)."""
+def queue_depths(*, gateways: Iterable[str] | None = None) -> list[QueueDepth]:
+    """Depth of every known queue (the default one, the routed ones, each gateway's, any found
+    on disk); ``gateways``: the gateways whose queues to read (default: every known one)."""
     url = settings.CELERY_BROKER_URL
     scheme = urlsplit(url).scheme
     now = timeutil.now_ms()
+    known = _queue_names(gateways)
     try:
         if scheme in ("redis", "rediss"):
-            return _redis_depths(url, now)
+            return _redis_depths(url, now, known)
         if embedded_broker.is_embedded(url):
-            return _embedded_depths(url, now)
+            return _embedded_depths(url, now, known)
     except Exception as exc:  # noqa: BLE001 - the page shows "unreadable", never a 500
         logger.warning("could not read queue depths: %s", type(exc).__name__)
-        return [QueueDepth(q, None, scheme, now, type(exc).__name__) for q in _queue_names()]
-    return [
-        QueueDepth(q, None, scheme, now, "depth not readable on this broker")
-        for q in _queue_names()
-    ]
+        return [QueueDepth(q, None, scheme, now, type(exc).__name__) for q in known]
+    return [QueueDepth(q, None, scheme, now, "depth not readable on this broker") for q in known]

@@ -86,10 +86,15 @@ class MemoryDurableReceiptAdmin(ShowOnlyAdmin):
             )
             return
         outcomes: Counter[str] = Counter()
+        warnings: set[str] = set()  # gateways whose queue has no live worker
         for receipt_id in ids:
             result = requeue_receipt(receipt_id=receipt_id, actor=_actor(request))
             outcomes[str(result.outcome)] += 1
+            if result.warning:
+                warnings.add(result.warning)
         self.message_user(request, f"Requeue: {_summarise(outcomes)}.", messages.SUCCESS)
+        for warning in sorted(warnings):
+            self.message_user(request, f"{warning}.", messages.WARNING)
 
     @admin.action(description="Acknowledge selected receipts…", permissions=["operate"])
     def acknowledge_selected(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:

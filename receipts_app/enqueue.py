@@ -18,6 +18,13 @@ settings' publish policy), and once it is older than its task's hard time limit 
 when it was sent but never finished (a worker killed mid-task, a web process killed between
 commit and publish). Re-sending is safe: every task is idempotent. A message sent
 ``MAX_SENDS`` times without finishing is dropped with an error in the log.
+
+Work runs where its gateway lives (docs/WORKERS.md, "Where work runs"): a message for a
+gateway's rows names the gateway (``gateway=<name>`` in its kwargs, left out for ``local``), and
+this module routes it, here and nowhere else, to that gateway's queue
+(``sessions_app.gateways.gateway_queue``: ``gateway.<name>``); ``local``'s messages and the
+central tasks (the repair tick, the plan runner) keep the default queue. The outbox row
+remembers the queue, so a resend goes where the first send went.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from django.db.models import Q
 
 from opensquilla_site.celery import app
 from opensquilla_site.timeutil import now_ms
-from sessions_app.gateways import DEFAULT_GATEWAY, current_gateway
+from sessions_app.gateways import DEFAULT_GATEWAY, current_gateway, gateway_queue
 
 from . import task_limits
 from .models import OutboxMessage
@@ -74,25 +81,47 @@ def task_name(short_name: str) -> str:
     return f"{_TASK_MODULE}.{short_name}"
 
 
-def _send(short_name: str, task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def queue_for(kwargs: dict[str, Any]) -> str:
+    """The queue a message goes to: its gateway's (``gateway`` in its kwargs), or "" for the
+    default queue (``local``'s rows and the central tasks)."""
+    return gateway_queue(kwargs.get("gateway")) or ""
+
+
+def _send(
+    short_name: str, task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any], *, queue: str = ""
+) -> None:
     # Celery's registry (filled by autodiscovery) finds the task; eager mode still applies.
     task = app.tasks[task_name(short_name)]
     producer = _PRODUCER.get()
+    # A gateway's queue is named outright (it wins over any configured route); "" keeps the
+    # task's default routing.
+    routing: dict[str, Any] = {"queue": queue} if queue else {}
     # Every send is fire-and-forget: nothing waits on a result (the outbox and the ledger say
     # what happened), so the producer never subscribes to the task's result channel: one
     # Redis round trip less, and no result-store reconnect loop when Redis is down.
     if producer is None:
-        task.apply_async(args=args, kwargs=kwargs, task_id=task_id, ignore_result=True)
+        task.apply_async(args=args, kwargs=kwargs, task_id=task_id, ignore_result=True, **routing)
         return
     # Batch reprs are plain ``repr``s.
     # (``argsrepr``/``kwargsrepr`` are message options celery-types does not list.)
     options: dict[str, Any] = {
         "argsrepr": repr(args)[:1024],
         "kwargsrepr": repr(kwargs)[:1024],
+        **routing,
     }
     task.apply_async(
         args=args, kwargs=kwargs, task_id=task_id, producer=producer, ignore_result=True, **options
     )
+
+
+def _send_to(
+    short_name: str, task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any], queue: str
+) -> None:
+    # The default queue is not named, so a default-routed send is the plain call.
+    if queue:
+        _send(short_name, task_id, args, kwargs, queue=queue)
+    else:
+        _send(short_name, task_id, args, kwargs)
 
 
 def _send_all(batch: Sequence[tuple[str, str, tuple[Any, ...], dict[str, Any]]]) -> None:
@@ -108,7 +137,7 @@ def _send_all(batch: Sequence[tuple[str, str, tuple[Any, ...], dict[str, Any]]])
             try:
                 for short_name, task_id, args, kwargs in batch:
                     try:
-                        _send(short_name, task_id, args, kwargs)
+                        _send_to(short_name, task_id, args, kwargs, queue_for(kwargs))
                     except Exception:
                         logger.exception("could not enqueue %s as %s", short_name, task_id)
                         failed.append(task_id)
@@ -120,9 +149,11 @@ def _send_all(batch: Sequence[tuple[str, str, tuple[Any, ...], dict[str, Any]]])
     _mark_unsent(failed)
 
 
-def _publish(short_name: str, task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _publish(
+    short_name: str, task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any], queue: str
+) -> None:
     try:
-        _send(short_name, task_id, args, kwargs)
+        _send_to(short_name, task_id, args, kwargs, queue)
     except Exception:
         logger.exception(
             "could not enqueue %s as %s; the outbox keeps it for the sweep", short_name, task_id
@@ -147,6 +178,7 @@ def _outbox_row(short_name: str, task_id: str, args: tuple[Any, ...], kwargs: di
         task=short_name,
         args=list(args),
         kwargs=kwargs,
+        queue=queue_for(kwargs),
         created_at=now,
         sent_at=now,
     )
@@ -159,8 +191,10 @@ def send(message: Message) -> str:
     task_id = str(uuid.uuid4())
     _outbox_row(short_name, task_id, args, kwargs).save(force_insert=True)
 
+    queue = queue_for(kwargs)
+
     def after_commit() -> None:
-        _publish(short_name, task_id, args, kwargs)
+        _publish(short_name, task_id, args, kwargs, queue)
 
     transaction.on_commit(after_commit, robust=True)
     logger.debug("queued %s(%s) as %s after commit", short_name, args, task_id)
@@ -199,10 +233,12 @@ def resend_lost(now: int | None = None) -> list[str]:
     stranded = list(
         OutboxMessage.objects.filter(due)
         .order_by("created_at", "task_id")
-        .values_list("task_id", "task", "args", "kwargs", "sent_at", "sends")[:RESEND_LIMIT]
+        .values_list("task_id", "task", "args", "kwargs", "queue", "sent_at", "sends")[
+            :RESEND_LIMIT
+        ]
     )
     resent: list[str] = []
-    for task_id, short_name, args, kwargs, sent_at, sends in stranded:
+    for task_id, short_name, args, kwargs, queue, sent_at, sends in stranded:
         rows = OutboxMessage.objects.filter(task_id=task_id, sent_at=sent_at, sends=sends)
         if sends >= MAX_SENDS:
             if rows.delete()[0]:
@@ -220,7 +256,9 @@ def resend_lost(now: int | None = None) -> list[str]:
         logger.warning(
             "sending %s %s again (send %d): its work was not done", short_name, task_id, sends + 1
         )
-        _publish(short_name, task_id, tuple(args), dict(kwargs))
+        # The queue of the first send; a row written before queues were kept has "" and
+        # finds its gateway's queue from its kwargs.
+        _publish(short_name, task_id, tuple(args), dict(kwargs), queue or queue_for(kwargs))
         resent.append(task_id)
     return resent
 
@@ -254,8 +292,26 @@ def flush_message(
     return (FLUSH_SESSION, (session_key,), {"turn_id": turn_id, **_gateway_kwargs(gateway)})
 
 
-def repair_message(receipt_id: str) -> Message:
-    return (REPAIR_RECEIPT, (receipt_id,), {})
+def repair_message(receipt_id: str, *, gateway: str | None = None) -> Message:
+    """Repair one row now; ``gateway`` is the row's (default: the current one)."""
+    return (REPAIR_RECEIPT, (receipt_id,), _gateway_kwargs(gateway))
+
+
+def repair_tick_message(gateway: str) -> Message:
+    """The repair pass of one gateway's rows and workspaces, run by that gateway's worker."""
+    return (REPAIR_TICK, (), _gateway_kwargs(gateway))
+
+
+def outstanding_gateway_ticks() -> set[str]:
+    """Gateways whose repair tick is still in the outbox (sent, not yet finished): the
+    central tick queues no second one while one waits."""
+    return {
+        str(kwargs.get("gateway"))
+        for kwargs in OutboxMessage.objects.filter(task=REPAIR_TICK)
+        .exclude(queue="")
+        .values_list("kwargs", flat=True)
+        if isinstance(kwargs, dict) and kwargs.get("gateway")
+    }
 
 
 def plan_runner_message(plan_id: str, *, fan_out: bool = True) -> Message:

@@ -229,6 +229,9 @@ class RequeuePlan(models.Model):
     total = models.IntegerField(default=0)
     dry_run_counts = models.JSONField(default=dict, blank=True)
     dry_run_samples = models.JSONField(default=dict, blank=True)
+    # Gateways (other than ``local``) whose rows the dry run would queue work for: each runs on
+    # its own gateway's worker, so the plan can say which of them has none live.
+    work_gateways = models.JSONField(default=list, blank=True)
     processed = models.IntegerField(default=0)
     result_counts = models.JSONField(default=dict, blank=True)
     # Keyset cursor of the execution, so a redelivered task resumes instead of restarting.
@@ -360,6 +363,8 @@ class OutboxMessage(models.Model):
     task = models.CharField(max_length=64)  # the short name (enqueue.TASKS)
     args = models.JSONField(default=list)
     kwargs = models.JSONField(default=dict)
+    # The queue it was sent to: its gateway's (``gateway.<name>``), "" for the default queue.
+    queue = models.CharField(max_length=200, blank=True, default="")
     created_at = models.BigIntegerField(default=now_ms)
     # Last handed to the broker; null while no publish has succeeded since the last attempt.
     sent_at = models.BigIntegerField(null=True, blank=True)

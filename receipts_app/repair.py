@@ -37,11 +37,20 @@ from django.db.models import Q
 
 from opensquilla_site.timeutil import now_ms as wall_clock_ms
 from sessions_app.compactions import CompactionSource
-from sessions_app.gateways import using_gateway
+from sessions_app.gateways import (
+    DEFAULT_GATEWAY,
+    Gateway,
+    MisroutedWork,
+    check_served,
+    gateway_queue,
+    live_queue_consumers,
+    served_gateway,
+    using_gateway,
+)
 from sessions_app.keys import DEFAULT_AGENT_ID, agent_prefix, normalize_agent_id
 from sessions_app.models import Session
 
-from . import audit, ledger
+from . import audit, enqueue, ledger
 from .flush import (
     SessionFlushService,
     flush_receipt_allows_destructive_compaction,
@@ -795,7 +804,9 @@ def run_memory_repair_once(
     params = params or {}
     selected_path = raw_fallback_rel_path(path) if path is not None else None
     root = memory_workspace_for_agent(agent)
-    with audit.acting_as(audit.WORKER):
+    # This process's memory workspace is its own gateway's: only that gateway's rows,
+    # summaries and archives are repaired here (``manage.py repair_once`` included).
+    with audit.acting_as(audit.WORKER), using_gateway(served_gateway()):
         if any(key in params for key in COMPACTION_SELECTORS):
             return _repair_compactions(
                 agent,
@@ -920,14 +931,52 @@ def _brief(result: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run_repair_tick(*, now_ms: int | None = None) -> dict[str, Any]:
-    """The beat task's body: recover stale claims once, then repair up to the tick budget.
+    """The beat task's body (the central tick): recover stale claims of every gateway once
+    (a database-only step), then the repair pass of the gateway this worker serves (``local``
+    on the central worker). Another gateway's rows are repaired by its own worker's tick
+    (:func:`run_gateway_repair_tick`, queued by :func:`queue_gateway_ticks`), since the repair
+    reads and writes that gateway's memory workspace.
 
     Returns a small JSON-able summary (it becomes the Celery result): how many claims were
     recovered, which agents were scanned, and one line per processed row.
     """
-    limit = max(1, int(getattr(settings, "OPENSQUILLA_REPAIR_MAX_ITEMS_PER_TICK", 5) or 5))
     with audit.acting_as(audit.WORKER):
         recovered = recover_stale_repair_claims(now_ms)
+    return _repair_pass(served_gateway(), now_ms=now_ms, recovered=recovered)
+
+
+def run_gateway_repair_tick(gateway: str, *, now_ms: int | None = None) -> dict[str, Any]:
+    """One gateway's repair pass, on that gateway's worker: its due rows, its degraded
+    compaction summaries and its workspace's legacy archives. ``MisroutedWork`` when this
+    worker does not serve ``gateway``."""
+    check_served(gateway, what="a repair tick")
+    return _repair_pass(gateway, now_ms=now_ms, recovered=0)
+
+
+def queue_gateway_ticks() -> list[str]:
+    """Queue the repair pass of every gateway other than ``local`` to its own worker; returns
+    the gateways queued. A gateway with no live worker on its queue is skipped (nothing would
+    run it; its rows stay due, and the liveness page says so), and so is one whose last tick
+    is still in the outbox, so a dead worker never piles ticks up."""
+    names = list(Gateway.objects.exclude(name=DEFAULT_GATEWAY).values_list("name", flat=True))
+    if not names:
+        return []
+    consumers = live_queue_consumers()
+    waiting = enqueue.outstanding_gateway_ticks()
+    queued = []
+    for name in names:
+        if name in waiting:
+            continue
+        if consumers is not None and not consumers.get(str(gateway_queue(name))):
+            continue
+        enqueue.send(enqueue.repair_tick_message(name))
+        queued.append(name)
+    return queued
+
+
+def _repair_pass(gateway: str, *, now_ms: int | None, recovered: int) -> dict[str, Any]:
+    limit = max(1, int(getattr(settings, "OPENSQUILLA_REPAIR_MAX_ITEMS_PER_TICK", 5) or 5))
+    with audit.acting_as(audit.WORKER), using_gateway(gateway):
         agents = repair_agent_ids()
         results: list[dict[str, Any]] = []
         for agent in agents:
@@ -944,6 +993,7 @@ def run_repair_tick(*, now_ms: int | None = None) -> dict[str, Any]:
             )
     counts = Counter(str(r.get("status")) for r in results)
     summary = {
+        "gateway": gateway,
         "recovered": recovered,
         "agents": agents,
         "processed": [_brief(r) for r in results],
@@ -965,6 +1015,12 @@ def repair_one(receipt_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
         except KeyError:
             return {"receiptId": receipt_id, "status": "skipped", "reason": "receipt_missing"}
         now = wall_clock_ms() if now_ms is None else now_ms
+        try:
+            # The archive is in the row's gateway's memory workspace: only its worker has it.
+            check_served(row.gateway_id, what=f"repair {row.receipt_id}")
+        except MisroutedWork as exc:
+            logger.error("%s", exc)
+            return {**repair_receipt_to_wire(row), "status": "skipped", "reason": "misrouted"}
         if row.status not in REPAIR_QUEUE_STATUSES:
             return {**repair_receipt_to_wire(row), "status": "skipped", "reason": "not_queued"}
         if row.next_retry_at_ms is not None and row.next_retry_at_ms > now:

@@ -32,6 +32,7 @@ from .ledger import LEDGER_FIELDS
 from .mirror.schemas import MirrorStateOut
 from .models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
 from .receipt_ids import check_receipt_id
+from .requeue import plan_warnings
 from .selectors import RECEIPT_FILTER_FIELDS, ReceiptFilter
 
 MAX_BULK_ROWS = 1000
@@ -268,6 +269,11 @@ class RequeueOut(Schema):
     status: str | None
     superseded_by: str | None = None
     task_id: str | None = None
+    warning: str | None = Field(
+        default=None,
+        description="set when the work went to a gateway's queue that no live worker consumes: "
+        "it is accepted and waits until one starts",
+    )
 
 
 class AcknowledgeIn(Schema):
@@ -300,9 +306,17 @@ class RequeuePlanOut(ModelSchema):
     # JSON columns, typed for the docs (a ModelSchema would call them "any object").
     filters: dict[str, Any]
     receipt_ids: list[str]
+    work_gateways: list[str] = Field(
+        default_factory=list, description="gateways (not local) whose rows the plan queues work for"
+    )
     dry_run_counts: dict[str, int] = Field(description="outcome -> rows")
     dry_run_samples: dict[str, list[dict[str, Any]]] = Field(description="outcome -> sample rows")
     result_counts: dict[str, int] = Field(description="outcome -> rows, while executing")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="one per gateway whose rows the plan queues work for and whose queue no "
+        "live worker consumes: the work is accepted and waits until one starts",
+    )
 
     class Meta:
         model = RequeuePlan
@@ -317,6 +331,7 @@ class RequeuePlanOut(ModelSchema):
             "total",
             "dry_run_counts",
             "dry_run_samples",
+            "work_gateways",
             "processed",
             "result_counts",
             "error",
@@ -325,6 +340,10 @@ class RequeuePlanOut(ModelSchema):
             "started_at",
             "finished_at",
         ]
+
+    @staticmethod
+    def resolve_warnings(obj: Any) -> list[str]:
+        return plan_warnings(obj) if isinstance(obj, RequeuePlan) else []
 
 
 class TaskOut(Schema):

@@ -15,9 +15,10 @@ from typing import Any
 
 from django.db import transaction
 
-from opensquilla_site.exceptions import ApplicationError
+from opensquilla_site.exceptions import ApplicationError, ConflictError
 from opensquilla_site.timeutil import now_ms
 from sessions_app import services as session_services
+from sessions_app.gateways import MisroutedWork, check_served, current_gateway
 from sessions_app.keys import canonicalize_session_key
 from sessions_app.models import Session, TranscriptEntry
 
@@ -124,6 +125,17 @@ class CheckpointNotRecorded(ApplicationError):
     status = 503
 
 
+def _runs_here(what: str) -> None:
+    """In-process work writes this process's workspaces: only for the gateway it serves. Another
+    gateway's checkpoint or flush is queued to its own worker instead (409 ``conflict``)."""
+    try:
+        check_served(current_gateway(), what=what)
+    except MisroutedWork as exc:
+        raise ConflictError(
+            f"{exc}; this process cannot run it in place: queue it (without ?wait=true)"
+        ) from exc
+
+
 def checkpoint_now(
     *, session_key: str, actor: Actor, turn_id: str | None = None
 ) -> MemoryDurableReceipt:
@@ -135,6 +147,7 @@ def checkpoint_now(
     receipt (the deadline ran out) raises ``CheckpointNotRecorded``.
     """
     session = _live_session(session_key)
+    _runs_here(f"the checkpoint of {session.session_key}")
     _record_trigger("checkpoint_now", session, actor, None, turn_id=turn_id, outcome="in_process")
     with audit.acting_as(actor):
         try:
@@ -157,6 +170,7 @@ def flush_now(*, session_key: str, actor: Actor) -> tuple[Any, list[MemoryDurabl
     from . import flush_runtime
 
     session = _live_session(session_key)
+    _runs_here(f"the flush of {session.session_key}")
     _record_trigger("flush_now", session, actor, None, outcome="in_process")
     started = now_ms()
     with audit.acting_as(actor):

@@ -10,6 +10,12 @@ in its outbox until the task ends (``_outbox_task_ended``), and every task is sa
 atomically, requeues compare-and-set, and plans resume from their cursor. Failures that the
 services already recorded as receipts are returned, not raised, so nothing crash-loops; only
 transient database errors are retried with backoff.
+
+A task for a gateway's rows arrives on that gateway's queue (``enqueue`` routes it) and runs
+only on a worker that serves that gateway (``OPENSQUILLA_GATEWAY``): one that reaches another
+worker is refused before anything is read from or written to a workspace (logged; a requeued
+checkpoint goes back to ``checkpoint_failed`` saying so, a repair row stays due for its own
+gateway's tick).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from django.db import InterfaceError, OperationalError
 
 from opensquilla_site import timeutil
 from receipts_app import task_limits
-from sessions_app.gateways import using_gateway
+from sessions_app.gateways import MisroutedWork, check_served, using_gateway
 
 from . import audit, enqueue, flush_runtime, repair, requeue, services
 from .checkpoint import DEFAULT_SOURCE
@@ -58,6 +64,11 @@ PLAN_BATCH_SIZE = 1000
 PLAN_RUNNERS = 2
 
 
+def _refused(exc: MisroutedWork, **facts: Any) -> dict[str, Any]:
+    logger.error("%s", exc)
+    return {**facts, "status": "refused", "error": str(exc)}
+
+
 def _jsonable(value: Any) -> Any:
     """Task results go through a JSON result backend: reduce service objects to plain data."""
     if value is None or isinstance(value, str | int | float | bool | list | dict):
@@ -86,7 +97,12 @@ def checkpoint_session(
     gateway: str | None = None,
 ) -> dict[str, Any]:
     if requeue_of:
+        # The retake checks the row's own gateway (and fails the row if it is not ours).
         return requeue.retake_checkpoint(requeue_of, turn_id=turn_id, source=source)
+    try:
+        check_served(gateway, what=f"the checkpoint of {session_key}")
+    except MisroutedWork as exc:
+        return _refused(exc, session_key=session_key)
     with using_gateway(gateway):
         return services.take_checkpoint(session_key=session_key, turn_id=turn_id, source=source)
 
@@ -98,6 +114,10 @@ def checkpoint_session(
     **_RETRY,
 )
 def flush_session(session_key: str, turn_id: str | None = None, gateway: str | None = None) -> Any:
+    try:
+        check_served(gateway, what=f"the flush of {session_key}")
+    except MisroutedWork as exc:
+        return _refused(exc, session_key=session_key)
     try:
         # Ledger rows written by the flush are attributed to the worker, like checkpoints.
         with audit.acting_as(audit.WORKER), using_gateway(gateway):
@@ -114,10 +134,19 @@ def flush_session(session_key: str, turn_id: str | None = None, gateway: str | N
     time_limit=task_limits.REPAIR_TICK.hard,
     **_RETRY,
 )
-def repair_tick() -> dict[str, Any]:
+def repair_tick(gateway: str | None = None) -> dict[str, Any]:
+    """Without ``gateway`` (beat's): the central tick, on the default queue. With it: that
+    gateway's repair pass, queued by the central tick to the gateway's own worker."""
+    if gateway is not None:
+        try:
+            check_served(gateway, what="a repair tick")
+        except MisroutedWork as exc:
+            return _refused(exc, gateway=gateway)
+        return {"repair": _jsonable(repair.run_gateway_repair_tick(gateway))}
     repaired = _jsonable(repair.run_repair_tick())
     swept = requeue.sweep_lost_work(timeutil.now_ms())
-    return {"repair": repaired, "swept": swept}
+    ticks = repair.queue_gateway_ticks()
+    return {"repair": repaired, "swept": swept, "gateway_ticks": ticks}
 
 
 @shared_task(soft_time_limit=50, time_limit=60, expires=30, ignore_result=True, **_RETRY)
@@ -135,7 +164,8 @@ def fold_ledger_aggregates() -> dict[str, int]:
     time_limit=task_limits.REPAIR_RECEIPT.hard,
     **_RETRY,
 )
-def repair_receipt(receipt_id: str) -> Any:
+def repair_receipt(receipt_id: str, gateway: str | None = None) -> Any:
+    # ``gateway`` routed the message; the repair checks the row's own gateway.
     return _jsonable(repair.repair_one(receipt_id))
 
 

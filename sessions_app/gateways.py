@@ -20,12 +20,13 @@ exactly as before: they are the ``local`` gateway's.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import wraps
 from typing import Any, Self, TypeVar
 
+from django.conf import settings
 from django.db import models
 
 from opensquilla_site.timeutil import now_ms
@@ -72,6 +73,96 @@ def using_gateway(name: str | None) -> Iterator[str]:
         yield current_gateway()
     finally:
         _chosen.reset(token)
+
+
+# --- where a gateway's work runs --------------------------------------------------------------
+#
+# A checkpoint retake or a repair of a gateway's row needs that gateway's workspaces, which only
+# its own host has. So every task for a gateway's rows goes to the Celery queue of that gateway
+# (``gateway.<name>``), consumed by a worker started on its host (``Procfile.edge``); ``local``'s
+# rows keep the default queues. A worker knows the gateway whose workspaces it was given from
+# ``OPENSQUILLA_GATEWAY`` (``local`` when unset) and refuses rows of any other.
+
+GATEWAY_QUEUE_PREFIX = "gateway."
+
+
+class MisroutedWork(RuntimeError):
+    """A task for one gateway's rows reached a worker of another gateway's workspaces."""
+
+
+def gateway_queue(name: str | None) -> str | None:
+    """The Celery queue of gateway ``name``'s work; None for ``local`` (the default queues)."""
+    if not name or name == DEFAULT_GATEWAY:
+        return None
+    prefix = getattr(settings, "OPENSQUILLA_GATEWAY_QUEUE_PREFIX", None) or GATEWAY_QUEUE_PREFIX
+    return f"{prefix}{name}"
+
+
+def served_gateway() -> str:
+    """The gateway whose workspaces this process was given (``OPENSQUILLA_GATEWAY``)."""
+    return getattr(settings, "OPENSQUILLA_GATEWAY", None) or DEFAULT_GATEWAY
+
+
+def check_served(gateway: str | None, *, what: str) -> None:
+    """Raise ``MisroutedWork`` unless this process serves ``gateway`` (None: ``local``)."""
+    wanted = gateway or DEFAULT_GATEWAY
+    here = served_gateway()
+    if wanted != here:
+        queue = gateway_queue(wanted) or "the default queue"
+        raise MisroutedWork(
+            f"misrouted: {what} belongs to gateway {wanted}, but this worker serves gateway "
+            f"{here} (OPENSQUILLA_GATEWAY) and its workspaces; it runs on a worker for {queue}"
+        )
+
+
+# Who consumes which queue is known to the worker heartbeats (operations_app), which this
+# module may not import: the reader is registered at start-up, like the session purgers.
+QueueConsumers = Callable[[], dict[str, list[str]]]
+_consumer_readers: list[QueueConsumers] = []
+
+
+def register_queue_consumers(reader: QueueConsumers) -> None:
+    """Install the reader of ``{queue: [live worker names]}`` (a database read, no broadcast)."""
+    if reader not in _consumer_readers:
+        _consumer_readers.append(reader)
+
+
+def live_queue_consumers() -> dict[str, list[str]] | None:
+    """``{queue: [live worker names]}``; None when nothing can tell (no reader installed)."""
+    if not _consumer_readers:
+        return None
+    merged: dict[str, list[str]] = {}
+    for reader in _consumer_readers:
+        for queue, workers in reader().items():
+            merged.setdefault(queue, []).extend(workers)
+    return merged
+
+
+def no_worker_warnings(gateways: Iterable[str]) -> list[str]:
+    """One sentence per gateway of ``gateways`` whose queue no live worker consumes.
+
+    ``local`` (the default queues, the central process set's) is not checked here. Work is
+    still accepted (it waits in the outbox and the broker); the operator is told it waits.
+    """
+    names = sorted({g for g in gateways if gateway_queue(g) is not None})
+    if not names:
+        return []
+    consumers = live_queue_consumers()
+    if consumers is None:
+        return []
+    warnings = []
+    for name in names:
+        queue = gateway_queue(name)
+        if not consumers.get(str(queue)):
+            warnings.append(no_worker_warning(name))
+    return warnings
+
+
+def no_worker_warning(name: str) -> str:
+    return (
+        f"gateway {name} has no live worker on queue {gateway_queue(name)}: "
+        "the work will wait until one starts"
+    )
 
 
 # --- the model ------------------------------------------------------------------------------

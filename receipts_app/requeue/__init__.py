@@ -28,6 +28,7 @@ from .plans import (
     fan_out_requeue_plan,
     get_requeue_plan,
     plan_queryset,
+    plan_warnings,
     run_requeue_plan,
     start_requeue_plan,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "get_requeue_plan",
     "plan_follow_up",
     "plan_queryset",
+    "plan_warnings",
     "requeue_receipt",
     "retake_checkpoint",
     "run_requeue_plan",

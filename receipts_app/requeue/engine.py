@@ -18,6 +18,7 @@ from django.db import transaction
 
 from opensquilla_site import timeutil
 from opensquilla_site.exceptions import GenerationChanged
+from sessions_app.gateways import no_worker_warnings
 
 from .. import audit, enqueue
 from ..audit import Actor
@@ -47,6 +48,9 @@ class RequeueResult:
     status: str | None
     superseded_by: str | None = None
     task_id: str | None = None
+    # Set when the work was queued to a gateway's queue that no live worker consumes: it is
+    # accepted (the outbox keeps it) and waits until one starts.
+    warning: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -156,7 +160,10 @@ def _apply_requeue(row: MemoryDurableReceipt) -> RequeueResult:
         return RequeueResult(rid, Outcome.STALE, STALE_MESSAGE, row.status)
     task_id = enqueue.send(move.follow_up) if move.follow_up is not None else None
     superseded_by = saved_id if outcome is Outcome.SUPERSEDED else None
-    return RequeueResult(rid, outcome, message, move.status, superseded_by, task_id)
+    result = RequeueResult(rid, outcome, message, move.status, superseded_by, task_id)
+    if task_id is not None:
+        result.warning = next(iter(no_worker_warnings([str(row.gateway_id)])), None)
+    return result
 
 
 def _record_requeue(
@@ -189,6 +196,8 @@ def requeue_event(
         details["task_id"] = result.task_id
     if result.superseded_by:
         details["superseded_by"] = result.superseded_by
+    if result.warning:
+        details["warning"] = result.warning
     return audit.build_event(
         receipt_id=result.receipt_id,
         session_key=session_key,

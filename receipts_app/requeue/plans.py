@@ -21,6 +21,7 @@ from django.db.models import QuerySet
 from opensquilla_site import timeutil
 from opensquilla_site.exceptions import ValidationFailed
 from opensquilla_site.pagination import keyset_after
+from sessions_app.gateways import DEFAULT_GATEWAY, no_worker_warnings
 
 from .. import enqueue
 from ..audit import Actor
@@ -29,7 +30,7 @@ from ..models import MemoryDurableReceipt, RequeuePlan
 from ..selectors import ReceiptFilter, filter_receipts
 from ..signals import requeue_outcomes_recorded
 from .batch import requeue_batch
-from .rules import ROW_FACT_FIELDS, BatchContext, RowFacts, classify_requeue
+from .rules import ROW_FACT_FIELDS, BatchContext, Outcome, RowFacts, classify_requeue
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ def create_requeue_plan(
     )
     counts: Counter[str] = Counter()
     samples: dict[str, list[dict[str, Any]]] = {}
+    work_gateways: set[str] = set()
     now = timeutil.now_ms()
     # One ordered read of the whole selection (a single sort, even when the filter's index
     # cannot give the plan's order), classified a batch at a time with its lookups in one
@@ -96,6 +98,8 @@ def create_requeue_plan(
             for row in batch:
                 outcome, message = classify_requeue(row, now_ms=now, context=context)
                 counts[str(outcome)] += 1
+                if outcome is Outcome.REQUEUED and row.gateway_id != DEFAULT_GATEWAY:
+                    work_gateways.add(row.gateway_id)
                 bucket = samples.setdefault(str(outcome), [])
                 if len(bucket) < sample_size:
                     bucket.append(
@@ -110,8 +114,15 @@ def create_requeue_plan(
     plan.total = sum(counts.values())
     plan.dry_run_counts = dict(counts)
     plan.dry_run_samples = samples
+    plan.work_gateways = sorted(work_gateways)
     plan.save(force_insert=True)
     return plan
+
+
+def plan_warnings(plan: RequeuePlan) -> list[str]:
+    """One sentence per gateway whose rows the plan would queue work for and whose queue no
+    live worker consumes now (read when asked: a worker may have started since the dry run)."""
+    return no_worker_warnings(plan.work_gateways or [])
 
 
 def _after(qs: QuerySet[Any, Any], created_at: int | None, pk: int | None) -> QuerySet[Any, Any]:

@@ -8,10 +8,11 @@ finds the row already closed and does nothing.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from opensquilla_site.exceptions import GenerationChanged
-from sessions_app.gateways import using_gateway
+from sessions_app.gateways import MisroutedWork, check_served, using_gateway
 
 from .. import audit, ledger
 from ..checkpoint import DEFAULT_SOURCE
@@ -19,6 +20,8 @@ from ..checkpoint.attempt import attempt_checkpoint, failed_result, saved_result
 from ..models import MemoryDurableReceipt
 from ..statuses import CHECKPOINT_REQUEUED
 from .engine import complete_checkpoint_requeue
+
+logger = logging.getLogger(__name__)
 
 
 def retake_checkpoint(
@@ -29,6 +32,19 @@ def retake_checkpoint(
     row = MemoryDurableReceipt.objects.filter(receipt_id=requeued_receipt_id).first()
     if row is None:
         return {"receipt_id": None, "status": "not_found", "requeue_of": requeued_receipt_id}
+    try:
+        # Only a worker given the row's gateway's workspaces may write its checkpoint.
+        check_served(row.gateway_id, what=f"requeued checkpoint {row.receipt_id}")
+    except MisroutedWork as exc:
+        logger.error("%s", exc)
+        if row.status == CHECKPOINT_REQUEUED:
+            complete_checkpoint_requeue(requeued_receipt_id=row.receipt_id, saved=None, error=exc)
+        return {
+            "receipt_id": row.receipt_id,
+            "status": "refused",
+            "error": str(exc),
+            "requeue_of": requeued_receipt_id,
+        }
     # The retake acts in the row's own gateway: its session, its fence, its new receipt.
     with using_gateway(row.gateway_id):
         return _retake(row, turn_id=turn_id, source=source)

@@ -63,6 +63,6 @@ def requeue_transition(
         return Transition(
             REPAIR_PENDING,
             (("next_retry_at_ms", now_ms), ("attempt_count", 0)),
-            enqueue.repair_message(row.receipt_id),
+            enqueue.repair_message(row.receipt_id, gateway=row.gateway_id),
         )
     raise AssertionError(f"no requeue transition for {row.status}")  # pragma: no cover

@@ -6,7 +6,8 @@ Run by the reference venv's Python 3.12 (``var/bench/ref-venv``), never imported
 
 Plans: ``churn`` (new sessions and messages, new receipts, status updates, one deleted
 session) and ``load`` (``--count`` receipts plus two messages each, as fast as it can or at
-``--rate`` writes per second). Prints one JSON line per committed write when ``--trace`` is
+``--rate`` writes per second; ``--status`` is every receipt's status, ``checkpoint_saved`` by
+default). Prints one JSON line per committed write when ``--trace`` is
 given (the benchmark's lag probe), and a JSON summary at the end.
 """
 
@@ -92,7 +93,9 @@ async def churn(storage: SessionStorage, pause: float, delete_when: Path | None)
     return {"deleted": deleted}
 
 
-async def load(storage: SessionStorage, count: int, rate: float, trace: bool) -> dict:
+async def load(
+    storage: SessionStorage, count: int, rate: float, trace: bool, status: str = "checkpoint_saved"
+) -> dict:
     key = "agent:main:main"
     session_id = await new_session(storage, key)
     gap = 1.0 / rate if rate else 0.0
@@ -100,7 +103,7 @@ async def load(storage: SessionStorage, count: int, rate: float, trace: bool) ->
     for i in range(count):
         turn = f"turn-{i:07d}"
         await message(storage, key, session_id, f"message {i}")
-        row = await receipt(storage, key, session_id, turn, "checkpoint_saved")
+        row = await receipt(storage, key, session_id, turn, status)
         if trace:
             print(json.dumps({"key": row.idempotency_key, "committed_ms": now_ms()}), flush=True)
         if gap:
@@ -118,6 +121,7 @@ async def main() -> None:
     parser.add_argument("--rate", type=float, default=0.0)
     parser.add_argument("--pause", type=float, default=0.05)
     parser.add_argument("--trace", action="store_true")
+    parser.add_argument("--status", default="checkpoint_saved", help="load: each receipt's status")
     parser.add_argument("--delete-when", type=Path, default=None, help="churn: wait for this file")
     args = parser.parse_args()
     storage = await SessionStorage.open(args.db)
@@ -125,7 +129,7 @@ async def main() -> None:
         if args.plan == "churn":
             summary = await churn(storage, args.pause, args.delete_when)
         else:
-            summary = await load(storage, args.count, args.rate, args.trace)
+            summary = await load(storage, args.count, args.rate, args.trace, args.status)
     finally:
         await storage.close()
     print(json.dumps({"done": True, **summary}), flush=True)

@@ -12,13 +12,23 @@ from tests.factories import make_receipt
 OPERATOR = "alice"
 
 
-@pytest.fixture(name="sent")
-def sent_fixture(monkeypatch) -> list[tuple[str, tuple[Any, ...], dict[str, Any], str]]:
-    """Messages handed to the broker (after commit): (task name, args, kwargs, task id)."""
-    messages: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = []
+class SentMessages(list[tuple[str, tuple[Any, ...], dict[str, Any], str]]):
+    """The messages, in order; ``queues[i]`` is the queue message ``i`` went to ("": the
+    default queue)."""
 
-    def record(task_name, task_id, args, kwargs):
+    def __init__(self) -> None:
+        super().__init__()
+        self.queues: list[str] = []
+
+
+@pytest.fixture(name="sent")
+def sent_fixture(monkeypatch) -> SentMessages:
+    """Messages handed to the broker (after commit): (task name, args, kwargs, task id)."""
+    messages = SentMessages()
+
+    def record(task_name, task_id, args, kwargs, *, queue=""):
         messages.append((task_name, tuple(args), dict(kwargs), task_id))
+        messages.queues.append(queue)
 
     monkeypatch.setattr(enqueue, "_send", record)
     return messages

@@ -18,6 +18,7 @@ from ...requeue import (
     create_requeue_plan,
     get_requeue_plan,
     plan_follow_up,
+    plan_warnings,
     start_requeue_plan,
 )
 from ...selectors import ReceiptFilter
@@ -169,6 +170,10 @@ def _plan_context(request: HtmxHttpRequest, plan: RequeuePlan) -> dict:
         "percent": int(100 * plan.processed / plan.total) if plan.total else 100,
         "can_operate": can_operate(request.user),
         "filter_query": ReceiptFilter.from_params(plan.filters).to_params() if plan.filters else {},
+        # Gateways whose rows it queues work for and whose queue no live worker consumes.
+        "plan_warnings": plan_warnings(plan)
+        if plan.state in ("previewed", "failed", *RUNNING_STATES)
+        else [],
     }
 
 

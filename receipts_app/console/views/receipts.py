@@ -241,8 +241,11 @@ def receipt_requeue(request: HtmxHttpRequest, receipt_id: str) -> HttpResponse:
         expected_status=expected_status,
         expected_updated_at=expected_updated_at,
     )
-    ok = str(result.outcome) in ("requeued", "superseded")
-    return _after_action(request, receipt_id, outcome_text(result.outcome, result.message), ok)
+    ok = str(result.outcome) in ("requeued", "superseded") and not result.warning
+    text = outcome_text(result.outcome, result.message)
+    if result.warning:
+        text = f"{text}. Note: {result.warning}."
+    return _after_action(request, receipt_id, text, ok)
 
 
 @require_POST

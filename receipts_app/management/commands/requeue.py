@@ -15,6 +15,7 @@ from receipts_app.models import RequeuePlan
 from receipts_app.requeue import (
     create_requeue_plan,
     get_requeue_plan,
+    plan_warnings,
     run_requeue_plan,
     start_requeue_plan,
 )
@@ -94,3 +95,5 @@ class Command(BaseCommand):
                     f"  {outcome:<16} {row.get('receipt_id')}  {row.get('status')}  "
                     f"{row.get('session_key')}  {cli.one_line(row.get('message') or '')}"
                 )
+        for warning in plan_warnings(plan):
+            self.stdout.write(f"warning: {warning}")
