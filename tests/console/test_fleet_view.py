@@ -314,3 +314,17 @@ def test_checked_rows_keep_the_gateway_of_their_list(operator_client):
     plan = RequeuePlan.objects.get()
     assert plan.filters == {"gateway": "b"} and plan.receipt_ids == [row.receipt_id]
     assert plan.total == 1
+
+
+def test_the_fleet_says_a_gateways_mirror_stopped_and_its_lag(viewer_client, two_gateways):
+    from receipts_app.mirror.models import MirrorSource
+
+    # No heartbeat ever: the follower is not running, whatever its last lag said.
+    MirrorSource.objects.create(gateway_id="edge", path="/srv/edge/sessions.db", lag_ms=1500)
+    edge = _fleet(viewer_client)["edge"]["body"]
+    assert ">stopped</span>" in edge and "lag 1.5 s" in edge
+    from receipts_app.gateways import fleet
+
+    summary = {g["name"]: g["mirror_summary"] for g in fleet()}
+    assert summary["edge"]["status"] == "stopped" and summary["edge"]["lag_ms"] == 1500
+    assert summary["local"]["status"] is None
