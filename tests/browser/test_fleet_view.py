@@ -155,6 +155,26 @@ def test_the_gateway_select_changes_the_url_and_the_rows(browser, live_server, s
     )
     _no_sideways_scroll(page, f"sessions of one gateway at {width}px")
 
+    # The audit log and the plans list: the same select, the table swapped in place.
+    from receipts_app.audit import Actor
+    from receipts_app.requeue import create_requeue_plan
+
+    create_requeue_plan(
+        filters={"status": "checkpoint_failed", "gateway": "local"},
+        receipt_ids=None,
+        actor=Actor("otto", "console"),
+    )
+    page.goto(f"{base}/plans/")
+    assert page.locator("#plan-table tbody tr td.plan-gateway").inner_text() == "local"
+    page.select_option('select[name="gateway"]', "edge-host-b")
+    page.wait_for_url(re.compile(r"/plans/\?gateway=edge-host-b"))
+    page.locator("#plan-table", has_text="No plans of this gateway yet").wait_for()
+    _no_sideways_scroll(page, f"plans of one gateway at {width}px")
+    page.goto(f"{base}/audit/")
+    page.select_option('select[name="gateway"]', "edge-host-b")
+    page.wait_for_url(re.compile(r"/audit/\?.*gateway=edge-host-b"))
+    _no_sideways_scroll(page, f"audit of one gateway at {width}px")
+
     # An unknown gateway typed into the address is a message.
     response = page.goto(f"{base}/receipts/?gateway=nowhere")
     assert response.status == 404
