@@ -72,13 +72,21 @@ def fleet(
     rows = receipt_counts() if rows is None else rows
     states = mirror_states() if states is None else states
     out = []
+    # Split once, so the work grows with the rows, not with rows times gateways.
+    rows_of: dict[str, list[CountRow]] = {}
+    for row in rows:
+        rows_of.setdefault(row.gateway_id, []).append(row)
+    states_of: dict[str, list[dict[str, Any]]] = {}
+    for state in states:
+        states_of.setdefault(state["gateway"], []).append(state)
     for gateway in gateways.order_by("name"):
+        mine = rows_of.get(gateway.name, [])
         at_risk = {}
         for name, statuses in AT_RISK.items():
-            count = sum(per_status(rows, gateway=gateway.name, statuses=statuses).values())
+            count = sum(per_status(mine, statuses=statuses).values())
             listed = ReceiptFilter(gateway=gateway.name, statuses=statuses)
             at_risk[name] = {"count": count, "filter": listed.to_params()}
-        followed = [s for s in states if s["gateway"] == gateway.name]
+        followed = states_of.get(gateway.name, [])
         out.append(
             {
                 "name": gateway.name,
@@ -87,7 +95,7 @@ def fleet(
                 "opensquilla_version": gateway.opensquilla_version,
                 "schema_version": gateway.schema_version,
                 "last_seen_at": gateway.last_seen_at,
-                "receipts": sum(r.count for r in rows if r.gateway_id == gateway.name),
+                "receipts": sum(r.count for r in mine),
                 "at_risk": at_risk,
                 "mirror": followed,
                 "mirror_summary": mirror_summary(followed),
