@@ -217,6 +217,12 @@ def main() -> None:
     if args.reuse:
         url = djbench.pg_url(args.db_name)
         djbench.setup_django(url)
+        earlier = wl.RESULTS_DIR / f"{args.name}.json"
+        if earlier.exists():  # the seeding this data came from, as its run recorded it
+            import json
+
+            kept = json.loads(earlier.read_text())
+            seed_s, fold = kept.get("seed_s"), kept.get("fold")
     else:
         url = djbench.fresh_database("postgres", args.db_name)
         djbench.setup_django(url)
