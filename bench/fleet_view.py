@@ -202,6 +202,19 @@ def time_page(client, url: str, repeats: int) -> dict:
     }
 
 
+def _without_note(argv: list[str]) -> list[str]:
+    """The command line without ``--note`` and its text (kept in its own field)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--note":
+            skip = True
+        elif not arg.startswith("--note="):
+            out.append(arg)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=5_000_000)
@@ -265,8 +278,7 @@ def main() -> None:
         args.name,
         {
             "kind": "fleet_view",
-            "command": "bench/fleet_view.py "
-            + " ".join(a for a in sys.argv[1:] if not a.startswith("--note")),
+            "command": "bench/fleet_view.py " + " ".join(_without_note(sys.argv[1:])),
             "backend": "postgres",
             "rows": rows,
             "rows_asked": args.rows,
