@@ -2,19 +2,24 @@
 
 For each gateway: its name, where it is followed from and what it last ran, its mirror
 sources' state, and the at-risk counts (memory at risk as the overview card, /metrics and
-alerts count it, memory safety errors, the repair backlog, repairs given up), each with the ``ReceiptFilter`` params that list exactly the rows it counts. The
-counts come from the counts table (one read for every gateway) and the mirror's state from
-its one reader, so the cost does not grow with the ledger.
+alerts count it, memory safety errors, the repair backlog, repairs given up), each with the
+``ReceiptFilter`` params that list exactly the rows it counts, and its mirror in one line (the
+worst state of its followed sources and their largest lag). The counts come from the counts
+table (one read for every gateway) and the mirror's state from its one reader, so the cost
+grows neither with the ledger nor with the fleet: three queries, or one when the caller has
+read the counts and the mirror already. The console's fleet view (the overview) and
+``GET /api/v1/gateways`` both read :func:`fleet`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sessions_app.gateways import Gateway, gateway_scope
 
-from .counts import per_status, receipt_counts
-from .mirror.state import mirror_states
+from .counts import CountRow, per_status, receipt_counts
+from .mirror.state import FAILING, HEALTHY_STATUSES, IMPORTING, OK, STOPPED, WARNING, mirror_states
 from .selectors import ReceiptFilter
 from .statuses import (
     AT_RISK_STATUSES,
@@ -32,19 +37,56 @@ AT_RISK = {
 }
 
 
-def fleet() -> list[dict[str, Any]]:
-    """One dict per gateway (every gateway, or the one an edge chose), by name."""
+# The mirror states, worst first (receipts_app.mirror.state names them).
+_MIRROR_ORDER = (STOPPED, FAILING, WARNING, IMPORTING, OK)
+
+
+def mirror_summary(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A gateway's mirror in one line: the worst state of its followed sources, whether all
+    are healthy, and the largest ``lag_seconds`` (what /metrics and alerts read); status
+    None when nothing follows it (rows written here, or imported once)."""
+    if not states:
+        return {"status": None, "healthy": None, "lag_seconds": None, "lag_ms": None, "sources": 0}
+    worst = min(states, key=lambda s: _MIRROR_ORDER.index(s["status"]))["status"]
+    lags = [s["lag_seconds"] for s in states if s["lag_seconds"] is not None]
+    lag = max(lags) if lags else None
+    return {
+        "status": worst,
+        "healthy": worst in HEALTHY_STATUSES,
+        "lag_seconds": lag,
+        "lag_ms": None if lag is None else round(lag * 1000),
+        "sources": len(states),
+    }
+
+
+def fleet(
+    rows: Sequence[CountRow] | None = None,
+    states: Sequence[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """One dict per gateway (every gateway, or the one an edge chose), by name.
+
+    ``rows`` (``receipt_counts()``) and ``states`` (``mirror_states()``): what the caller
+    read already, in the same gateway scope; read here when None."""
     scope = gateway_scope()
     gateways = Gateway.objects.all() if scope is None else Gateway.objects.filter(name=scope)
-    rows = receipt_counts()
-    states = mirror_states()
+    rows = receipt_counts() if rows is None else rows
+    states = mirror_states() if states is None else states
     out = []
+    # Split once, so the work grows with the rows, not with rows times gateways.
+    rows_of: dict[str, list[CountRow]] = {}
+    for row in rows:
+        rows_of.setdefault(row.gateway_id, []).append(row)
+    states_of: dict[str, list[dict[str, Any]]] = {}
+    for state in states:
+        states_of.setdefault(state["gateway"], []).append(state)
     for gateway in gateways.order_by("name"):
+        mine = rows_of.get(gateway.name, [])
         at_risk = {}
         for name, statuses in AT_RISK.items():
-            count = sum(per_status(rows, gateway=gateway.name, statuses=statuses).values())
+            count = sum(per_status(mine, statuses=statuses).values())
             listed = ReceiptFilter(gateway=gateway.name, statuses=statuses)
             at_risk[name] = {"count": count, "filter": listed.to_params()}
+        followed = states_of.get(gateway.name, [])
         out.append(
             {
                 "name": gateway.name,
@@ -53,9 +95,10 @@ def fleet() -> list[dict[str, Any]]:
                 "opensquilla_version": gateway.opensquilla_version,
                 "schema_version": gateway.schema_version,
                 "last_seen_at": gateway.last_seen_at,
-                "receipts": sum(r.count for r in rows if r.gateway_id == gateway.name),
+                "receipts": sum(r.count for r in mine),
                 "at_risk": at_risk,
-                "mirror": [s for s in states if s["gateway"] == gateway.name],
+                "mirror": followed,
+                "mirror_summary": mirror_summary(followed),
             }
         )
     return out

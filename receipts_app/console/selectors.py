@@ -302,7 +302,9 @@ def audit_filters_from(params: Mapping[str, Any]) -> dict[str, str]:
 def page_audit_events(
     filters: Mapping[str, str], *, cursor: str | None = None, limit: int = 50
 ) -> Page:
-    """Events newest first, filtered exactly by actor, surface, action, receipt or plan."""
+    """Events newest first, filtered exactly by actor, surface, action, receipt or plan, and
+    in the gateway a list is scoped to (``?gateway=``): ``ReceiptEvent``'s manager keeps the
+    events recorded for that gateway's receipts and sessions."""
     qs: QuerySet[ReceiptEvent] = ReceiptEvent.objects.all()
     for name in AUDIT_PARAMS:
         if filters.get(name):
@@ -478,12 +480,16 @@ def receipt_preview(receipt: MemoryDurableReceipt, *, limit: int = PREVIEW_LIMIT
 def page_plans(
     *, before: str | None = None, limit: int = 50
 ) -> tuple[list[RequeuePlan], str | None]:
-    """Plans newest first, keyset-paged on ``(created_at, plan_id)``.
+    """Plans newest first, keyset-paged on ``(created_at, plan_id)``; in the gateway a list is
+    scoped to (``?gateway=``), the plans whose frozen filter names that gateway.
 
     ``before`` is ``"<created_at>:<plan_id>"`` from the previous page; anything else raises
     ``ValidationFailed``.
     """
     qs = RequeuePlan.objects.order_by("-created_at", "-plan_id")
+    scope = gateway_scope()
+    if scope is not None:
+        qs = qs.filter(filters__gateway=scope)
     if before:
         stamp_text, _sep, plan_id = before.partition(":")
         try:

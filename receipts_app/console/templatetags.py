@@ -13,8 +13,15 @@ from opensquilla_site.timeutil import duration_text, ms_text, now_ms
 from receipts_app.selectors import COUNT_CAP
 
 from .helpers import console_role as _console_role
+from .middleware import console_gateways
 
 register = template.Library()
+
+
+@register.simple_tag(takes_context=True)
+def gateway_choices(context: template.Context) -> list[str]:
+    """Every gateway's name for a list's gateway select (read once per request)."""
+    return console_gateways(context.get("request"))
 
 
 @register.filter

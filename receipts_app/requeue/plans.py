@@ -13,6 +13,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from django.db import OperationalError, transaction
@@ -21,7 +22,7 @@ from django.db.models import QuerySet
 from opensquilla_site import timeutil
 from opensquilla_site.exceptions import ValidationFailed
 from opensquilla_site.pagination import keyset_after
-from sessions_app.gateways import DEFAULT_GATEWAY, no_worker_warnings
+from sessions_app.gateways import DEFAULT_GATEWAY, gateway_scope, no_worker_warnings
 
 from .. import enqueue
 from ..audit import Actor
@@ -45,12 +46,26 @@ def _freeze_filters(filters: dict[str, Any]) -> dict[str, Any]:
 
     A plan stores ``ReceiptFilter.to_params()``: the same query parameters the API, the CLI
     and the console's URLs use, parsed back by ``ReceiptFilter.from_params``.
+
+    The gateway is frozen with the filter: a plan made inside a gateway (``?gateway=``, see
+    ``sessions_app.gateways``) names it, so executing it later, from a task that runs in no
+    gateway, touches that gateway's rows only, whatever other gateways' rows match by then.
     """
     params = dict(filters or {})
     unknown = sorted(set(params) - set(ReceiptFilter.PARAMS))
     if unknown:
         raise ValidationFailed(f"unknown filter keys: {', '.join(unknown)}")
-    return ReceiptFilter.from_params(params).to_params()
+    frozen = ReceiptFilter.from_params(params)
+    scope = gateway_scope()
+    if scope is not None and frozen.gateway is None:
+        frozen = replace(frozen, gateway=scope)
+    elif scope is not None and frozen.gateway != scope:
+        raise ValidationFailed(
+            f"the filter names gateway {frozen.gateway!r} but the plan is made in gateway "
+            f"{scope!r}: no receipt is in both",
+            extra={"fields": {"gateway": f"must be {scope!r} (or left out) here"}},
+        )
+    return frozen.to_params()
 
 
 def plan_queryset(plan: RequeuePlan) -> QuerySet[MemoryDurableReceipt]:
@@ -75,7 +90,9 @@ def create_requeue_plan(
     """
     frozen = _freeze_filters(filters)
     ids = list(dict.fromkeys(str(r) for r in receipt_ids or []))
-    if not frozen and not ids:
+    # The gateway a plan was made in narrows a filter; on its own it selects nothing.
+    named = set(frozen) - (set() if (filters or {}).get("gateway") else {"gateway"})
+    if not named and not ids:
         raise ValidationFailed("a requeue plan needs a filter or receipt ids")
     plan = RequeuePlan(
         created_by=actor.name[:150],

@@ -131,6 +131,7 @@ def _admin_model(
 EXPECTED: dict[tuple[str, str], Rule] = {
     # Console (receipts_app.console.urls)
     ("receipts:overview", "GET"): console(VIEWER),
+    ("receipts:fleet", "GET"): console(VIEWER),
     ("receipts:list", "GET"): console(VIEWER),
     ("receipts:new_count", "GET"): console(VIEWER),
     ("receipts:detail", "GET"): console(VIEWER),

@@ -10,6 +10,7 @@ from ...health import health_by_agent
 from ...statuses import FAILURE_STATUSES, KNOWN_STATUSES
 from .. import selectors as cs
 from ..helpers import VIEW_PERM, HtmxHttpRequest, can_operate, console_view, render_page
+from ..middleware import unknown_gateway
 
 
 @require_GET
@@ -18,6 +19,9 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
     range_name = request.GET.get("range", "24h")
     timeline = cs.receipts_over_time(range_name)
     rows = receipt_counts()  # exact, and read once for every count on the page
+    missing = unknown_gateway(request, rows)  # ?gateway= naming no gateway: a message
+    if missing is not None:
+        return missing
     counts = per_status(rows)
     context = {
         "status_counts": [(s, counts.get(s, 0)) for s in KNOWN_STATUSES if counts.get(s)],

@@ -64,8 +64,10 @@ def plan_create(request: HtmxHttpRequest) -> HttpResponse:
     for key in ("selected", "all_matching", "csrfmiddlewaretoken", NOTE_FIELD):
         params.pop(key, None)
     receipt_filter = ReceiptFilter.from_params(params)
+    # Checked rows keep the gateway of the list they were checked in (frozen with the plan).
+    picked = {"gateway": receipt_filter.gateway} if receipt_filter.gateway else {}
     plan = create_requeue_plan(
-        filters=receipt_filter.to_params() if all_matching else {},
+        filters=receipt_filter.to_params() if all_matching else picked,
         receipt_ids=None if all_matching else selected,
         actor=console_actor(request),
         reason=operator_note(request, NOTE_FIELD),

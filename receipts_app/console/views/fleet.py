@@ -1,0 +1,19 @@
+"""The overview's fleet view, as its own fragment (loaded by the overview after it renders,
+like the time-at-risk panel), so the overview stays within its query budget whatever the
+fleet: this fragment reads the gateways, the counts and the mirror, three queries for any
+number of gateways."""
+
+from __future__ import annotations
+
+from django.http import HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from ..fleet import fleet_view
+from ..helpers import VIEW_PERM, HtmxHttpRequest, console_view
+
+
+@require_GET
+@console_view(VIEW_PERM)
+def fleet(request: HtmxHttpRequest) -> HttpResponse:
+    return render(request, "console/_fleet.html", {"fleet": fleet_view()})
