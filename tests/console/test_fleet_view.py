@@ -225,6 +225,7 @@ def test_the_audit_log_filters_by_gateway(viewer_client, two_gateways):
             receipt_id=row.receipt_id,
             action="acknowledge",
             actor=Actor(f"by-{row.gateway_id}", "console"),
+            gateway=row.gateway_id,
         )
     body = viewer_client.get("/audit/?gateway=edge").content.decode()
     assert "by-edge" in body and "by-local" not in body
