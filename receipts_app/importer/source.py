@@ -7,9 +7,11 @@ JSON) stops the import with the row named, before anything is committed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,6 +92,9 @@ class SourceEntry:
     reasoning_content: str | None
     token_count: int | None
     created_at: int
+    # ``entry_digest`` of the row as stored upstream (0 when built by hand): the mirror sums
+    # what it applied per session and compares it with the file's own fingerprint.
+    digest: int = 0
 
     @property
     def rowid(self) -> int:
@@ -104,6 +109,64 @@ class SourceReceipt:
     @property
     def receipt_id(self) -> str:
         return self.values["receipt_id"]
+
+
+# --- transcript fingerprints (docs/MIRROR.md "Messages edited in place") -------------------
+# Upstream (after 0.5.3) rewrites a transcript row in place, keeping its id. A session's
+# fingerprint is the number of its rows and the XOR of one 63-bit digest per row, each over
+# the row's raw column values: computed inside SQLite by an aggregate registered on the
+# reading connection, and by the same function over the rows the mirror applied, so the two
+# agree exactly when every row the mirror holds is as the file now has it.
+DIGEST_COLUMNS = (
+    "id",
+    "session_key",
+    "message_id",
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "reasoning_content",
+    "token_count",
+    "created_at",
+)
+_DIGEST_MASK = (1 << 63) - 1
+
+
+def entry_digest(*values: Any) -> int:
+    """A row's digest over its raw values in ``DIGEST_COLUMNS`` order (types included)."""
+    raw = repr(values).encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "big") & _DIGEST_MASK
+
+
+class _TranscriptFingerprint:
+    """SQLite aggregate: the XOR of the rows' ``entry_digest``."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def step(self, *values: Any) -> None:
+        self.value ^= entry_digest(*values)
+
+    def finalize(self) -> int:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """A session's transcript, up to an id: how many rows, and the XOR of their digests."""
+
+    count: int = 0
+    digest: int = 0
+
+    def plus(self, other: Fingerprint) -> Fingerprint:
+        return Fingerprint(self.count + other.count, self.digest ^ other.digest)
+
+    @classmethod
+    def of(cls, entries: Any) -> Fingerprint:
+        out = cls()
+        for entry in entries:
+            out = out.plus(cls(1, entry.digest))
+        return out
 
 
 # --- value checks -------------------------------------------------------------------------
@@ -167,6 +230,9 @@ class SourceDatabase:
 
     def __init__(self, path: Path, *, busy_timeout: float = 5.0) -> None:
         self.path = path
+        # Rows and queries read, by kind: what a test or a bench counts.
+        self.reads: Counter[str] = Counter()
+        self._fingerprint_ready = False
         self.conn = _connect(path, busy_timeout)
         try:
             self.columns = _check_schema(self.conn, path)
@@ -231,6 +297,45 @@ class SourceDatabase:
         for batch in self._select("transcript_entries", "id"):
             yield [_entry(row) for row in batch]
 
+    def entries_of_session(self, session_id: str, through_id: int) -> Iterator[list[SourceEntry]]:
+        """One session's entries up to ``through_id``: the mirror's re-read of an edited one."""
+        where = "session_id = ? AND id <= ?"
+        for batch in self._select("transcript_entries", "id", where, (session_id, through_id)):
+            self.reads["entries_reread"] += len(batch)
+            yield [_entry(row) for row in batch]
+
+    def fingerprints(self, session_ids: Iterable[str], through_id: int) -> dict[str, Fingerprint]:
+        """Each session's :class:`Fingerprint` over its entries with ``id <= through_id``,
+        computed inside SQLite (one aggregate query per ``CHUNK`` sessions, served by
+        upstream's index on ``session_id``); a session without entries is absent."""
+        if not self._fingerprint_ready:
+            self.conn.create_aggregate(
+                "osq_transcript_fp", len(DIGEST_COLUMNS), _TranscriptFingerprint
+            )
+            self._fingerprint_ready = True
+        present = self.columns["transcript_entries"]
+        # Column names come from the constant above, never from the file.
+        args = ", ".join(c if c in present else "NULL" for c in DIGEST_COLUMNS)
+        ids = list(dict.fromkeys(session_ids))
+        out: dict[str, Fingerprint] = {}
+        for start in range(0, len(ids), CHUNK):
+            chunk = ids[start : start + CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            cursor = self._run(
+                f"SELECT session_id, COUNT(*), osq_transcript_fp({args}) "  # noqa: S608
+                f"FROM transcript_entries WHERE session_id IN ({marks}) AND id <= ? "
+                "GROUP BY session_id",
+                (*chunk, through_id),
+            )
+            try:
+                found = cursor.fetchall()
+            except sqlite3.DatabaseError as exc:
+                raise ImportSourceError(f"{self.path} cannot be read: {exc}") from exc
+            self.reads["fingerprint_queries"] += 1
+            for session_id, count, digest in found:
+                out[str(session_id)] = Fingerprint(int(count), int(digest))
+        return out
+
     def receipts(self) -> Iterator[list[SourceReceipt]]:
         # rowid is upstream's insertion-order tie-break (docs/UPSTREAM.md#reads-and-orderings).
         order = "created_at, rowid" if self._has_rowid() else "created_at, receipt_id"
@@ -251,6 +356,7 @@ class SourceDatabase:
     def entries_after(self, entry_id: int) -> Iterator[list[SourceEntry]]:
         # AUTOINCREMENT ids: a later commit always has a larger id.
         for batch in self._select("transcript_entries", "id", "id > ?", (entry_id,)):
+            self.reads["entries"] += len(batch)
             yield [_entry(row) for row in batch]
 
     def receipts_after(self, updated_at: int, key: str) -> Iterator[list[SourceReceipt]]:
@@ -271,6 +377,10 @@ class SourceDatabase:
 
     def max_entry_id(self) -> int:
         return int(self._run("SELECT COALESCE(MAX(id), 0) FROM transcript_entries").fetchone()[0])
+
+    def schema_cookie(self) -> int:
+        """SQLite's schema cookie: it moves whenever a migration changes the file's schema."""
+        return int(self._run("PRAGMA schema_version").fetchone()[0])
 
     def data_version(self) -> int:
         """SQLite's per-connection change counter: it moves when another connection commits."""
@@ -397,6 +507,7 @@ def _entry(row: dict[str, Any]) -> SourceEntry:
         reasoning_content=_text(row["reasoning_content"], f"{what}: reasoning_content"),
         token_count=_int(row["token_count"], f"{what}: token_count"),
         created_at=_int(row["created_at"], f"{what}: created_at", required=True),
+        digest=entry_digest(*(row[c] for c in DIGEST_COLUMNS)),
     )
 
 

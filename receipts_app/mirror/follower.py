@@ -29,7 +29,7 @@ from ..importer.rows import FileFacts
 from ..importer.service import check_gateway_name, record_gateway_seen
 from ..importer.source import SourceDatabase
 from ..importer.targets import file_targets
-from .models import MirrorSource
+from .models import MirroredTranscript, MirrorSource
 from .reconcile import reconcile
 from .state import HEARTBEAT_MS
 from .sync import (
@@ -97,6 +97,7 @@ class Follower:
         self._last_reconcile = 0
         self._counts: tuple[int, int] | None = None
         self._workspace_missing = False
+        self._schema_cookie: int | None = None
         self._recent_sessions = RecentlyApplied()
         self._recent_receipts = RecentlyApplied()
 
@@ -134,6 +135,8 @@ class Follower:
             if self._opened is not db:
                 self._on_open()
                 self._opened = db
+            if changed:
+                self._note_schema(db)
             self._check_workspace()
             src = MirrorSource.objects.get(pk=self.source_id)
             counts = (
@@ -197,6 +200,7 @@ class Follower:
         db = self.watch.db
         assert db is not None
         record_gateway_seen(self.gateway, db)
+        self._schema_cookie = db.schema_cookie()
         with transaction.atomic():
             src = lock_source(self.source_id, self.owner, self.lease_ms)
             fields = ["lease_owner", "lease_until"]
@@ -215,11 +219,21 @@ class Follower:
                 fields += [*_CURSOR_FIELDS, "initial_sync_done"]
                 self._recent_sessions = RecentlyApplied()
                 self._recent_receipts = RecentlyApplied()
+                # Fingerprints of the old file: the first pass stores the new file's.
+                MirroredTranscript.objects.filter(source_id=self.source_id).delete()
             if src.identity != identity:
                 src.identity = identity
                 fields.append("identity")
             src.save(update_fields=fields)
         self._counts = None
+
+    def _note_schema(self, db: SourceDatabase) -> None:
+        """A gateway upgraded under a running follower migrates the file in place: SQLite's
+        schema cookie moves, and the gateway's recorded schema version is read again."""
+        cookie = db.schema_cookie()
+        if cookie != self._schema_cookie:
+            record_gateway_seen(self.gateway, db)
+            self._schema_cookie = cookie
 
     def _check_workspace(self) -> None:
         workspace = self.targets.workspace

@@ -30,9 +30,9 @@ from .. import audit
 from ..importer import ImportReport, rows
 from ..importer.files import copy_planned, plan_copies, plan_named_copies
 from ..importer.rows import FileFacts, ReceiptChange
-from ..importer.source import SourceDatabase
+from ..importer.source import CHUNK, Fingerprint, SourceDatabase
 from ..models import MemoryDurableReceipt
-from .models import MirroredReceipt, MirroredSession, MirrorSource
+from .models import MirroredReceipt, MirroredSession, MirroredTranscript, MirrorSource
 
 log = logging.getLogger("receipts_app.mirror")
 
@@ -99,6 +99,7 @@ class PassResult:
     applied: int = 0  # rows created or updated here
     newest_source_ms: int | None = None  # newest upstream stamp among applied rows
     status_changes: int = 0
+    edited_sessions: int = 0  # sessions whose entries were read again (an edit upstream)
     names: list[str] = field(default_factory=list)
 
 
@@ -159,11 +160,16 @@ class SyncPass:
         self.progress = progress
         self.totals = totals or {}
         self.result = PassResult(report=ImportReport(source=str(db.path)))
+        # Session generations (session_id) touched in this pass, and per generation the
+        # fingerprint of the entries this pass applied (docs/MIRROR.md "Edited messages").
+        self.touched: set[str] = set()
+        self.applied_entries: dict[str, Fingerprint] = {}
 
     def run(self) -> PassResult:
         start = MirrorSource.objects.get(pk=self.source_id)
         self._sessions(start)
-        self._entries(start)
+        through = self._entries(start)
+        self._edits(through)
         self._receipts(start)
         return self.result
 
@@ -217,12 +223,16 @@ class SyncPass:
 
                 position = self._apply(fields, position, (last.updated_at, last.session_key), apply)
                 self.recent_sessions.remember([(r.session_key, r.updated_at) for r in batch])
+                # A touched session: upstream bumps updated_at on every transcript write,
+                # the in-place rewrite of a row included (docs/MIRROR.md).
+                self.touched.update(r.session_id for r in batch)
             self._tick("sessions", done)
         self.recent_sessions.prune(position[0])
 
     # --- transcript entries ---------------------------------------------------------------
 
-    def _entries(self, start: MirrorSource) -> None:
+    def _entries(self, start: MirrorSource) -> int:
+        """Apply every entry after the cursor; returns the cursor after them."""
         fields = ("entries_id",)
         position: tuple[Any, ...] = (start.entries_id,)
         done = 0
@@ -232,7 +242,7 @@ class SyncPass:
             def apply(src: MirrorSource, batch: list[Any] = batch) -> None:
                 report = self.result.report
                 before = report.transcript_entries.created + report.transcript_entries.updated
-                rows.warn_remapped(report, rows.apply_entries(batch, report))
+                rows.warn_remapped(report, rows.apply_entries(batch, report, via="mirror"))
                 after = report.transcript_entries.created + report.transcript_entries.updated
                 self.result.applied += after - before
                 if after > before:
@@ -242,8 +252,65 @@ class SyncPass:
                     self._newest(max(row.created_at for row in batch))
 
             position = self._apply(fields, position, (last_id,), apply)
+            for entry in batch:
+                self.applied_entries[entry.session_id] = self.applied_entries.get(
+                    entry.session_id, Fingerprint()
+                ).plus(Fingerprint(1, entry.digest))
+            self.touched.update(self.applied_entries)
             done += len(batch)
             self._tick("transcript entries", done)
+        return int(position[0])
+
+    # --- entries edited in place upstream -------------------------------------------------
+
+    def _edits(self, through: int) -> None:
+        """For each touched session, compare the file's fingerprint of its entries up to
+        ``through`` (computed inside SQLite) with the stored one plus what this pass applied;
+        read again, and apply, only the entries of a session where they differ."""
+        touched = sorted(self.touched)
+        for start in range(0, len(touched), CHUNK):
+            chunk = touched[start : start + CHUNK]
+            stored = {
+                t.session_id: Fingerprint(t.entry_count, t.digest)
+                for t in MirroredTranscript.objects.filter(
+                    source_id=self.source_id, session_id__in=chunk
+                )
+            }
+            actual = self.db.fingerprints(chunk, through)
+            agree: dict[str, Fingerprint] = {}
+            for session_id in chunk:
+                now = actual.get(session_id, Fingerprint())
+                applied = self.applied_entries.get(session_id, Fingerprint())
+                expected = stored.get(session_id, Fingerprint()).plus(applied)
+                if now == expected:
+                    agree[session_id] = now
+                else:
+                    self._reread(session_id, through)
+            if agree:
+
+                def keep(src: MirrorSource, agree: dict[str, Fingerprint] = agree) -> None:
+                    _store_fingerprints(src, through, agree)
+
+                self._apply(("entries_id",), (through,), (through,), keep)
+
+    def _reread(self, session_id: str, through: int) -> None:
+        def apply(src: MirrorSource) -> None:
+            report = self.result.report
+            before = report.transcript_entries.created + report.transcript_entries.updated
+            seen = Fingerprint()
+            for batch in self.db.entries_of_session(session_id, through):
+                rows.warn_remapped(report, rows.apply_entries(batch, report, via="mirror"))
+                seen = seen.plus(Fingerprint.of(batch))
+            after = report.transcript_entries.created + report.transcript_entries.updated
+            self.result.applied += after - before
+            self.result.edited_sessions += 1
+            if after > before:
+                rows.reset_entry_sequence()
+            # What was just read, not a second look at the file: an edit committed meanwhile
+            # is found by the next pass.
+            _store_fingerprints(src, through, {session_id: seen})
+
+        self._apply(("entries_id",), (through,), (through,), apply)
 
     # --- receipts -------------------------------------------------------------------------
 
@@ -388,6 +455,25 @@ def _mirror_rule(
         return "updated"
 
     return decide
+
+
+def _store_fingerprints(src: MirrorSource, through: int, found: dict[str, Fingerprint]) -> None:
+    MirroredTranscript.objects.bulk_create(
+        [
+            MirroredTranscript(
+                source=src,
+                session_id=session_id,
+                through_id=through,
+                entry_count=fp.count,
+                digest=fp.digest,
+            )
+            for session_id, fp in found.items()
+        ],
+        update_conflicts=True,
+        unique_fields=["source", "session_id"],
+        update_fields=["through_id", "entry_count", "digest"],
+        batch_size=500,
+    )
 
 
 def _mark_alive(model: Any, src: MirrorSource, key_field: str, keys: Sequence[str]) -> None:
