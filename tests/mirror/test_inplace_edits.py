@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -215,3 +218,46 @@ def test_the_gateway_records_the_schema_each_reader_saw(golden_dir, tmp_path, re
     conn.close()
     f.poll()
     assert Gateway.objects.get(name="edge-head").schema_version == "25 (V041__future_things)"
+
+
+UPSTREAM_SRC = os.environ.get("OSQ_UPSTREAM_SRC", "")
+REF_PYTHON = Path(__file__).resolve().parents[2] / "var" / "bench" / "ref-venv" / "bin" / "python"
+
+
+@pytest.mark.reference
+@pytest.mark.xdist_group("real-processes")
+@pytest.mark.skipif(
+    not (UPSTREAM_SRC and REF_PYTHON.exists()),
+    reason="set OSQ_UPSTREAM_SRC to upstream HEAD's src/ (tests/golden/README.md) and build "
+    "the reference venv (bash bench/reference_venv.sh)",
+)
+def test_upstream_heads_own_rewrite_is_followed(head_db):
+    # Upstream HEAD's storage itself writes the edit (bench/make_golden_head.py --rewrite).
+    db, _ = head_db
+    f = follower(db)
+    f.poll()
+    recipe = Path(__file__).resolve().parents[2] / "bench" / "make_golden_head.py"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(recipe),
+            "--upstream-src",
+            UPSTREAM_SRC,
+            "--rewrite",
+            str(db),
+            "--text",
+            EDITED,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+
+    assert f.poll() == "synced"
+    assert TranscriptEntry.objects.get(message_id=STREAMED_MESSAGE_ID).content == EDITED
+    assert TranscriptEntry.objects.filter(session_key=STREAMED).count() == 4
+    assert f.watch.db.reads["entries_reread"] == 4
+    (event,) = ReceiptEvent.objects.filter(action="transcript_edit")
+    assert event.details["new_content_sha256"] == sha(EDITED)
+    assert current_checkpoint_coverage(Session.objects.get(session_key=STREAMED))[0] is None
