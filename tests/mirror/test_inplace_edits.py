@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -261,3 +262,40 @@ def test_upstream_heads_own_rewrite_is_followed(head_db):
     (event,) = ReceiptEvent.objects.filter(action="transcript_edit")
     assert event.details["new_content_sha256"] == sha(EDITED)
     assert current_checkpoint_coverage(Session.objects.get(session_key=STREAMED))[0] is None
+
+
+def _at_version(golden_dir: Path, tmp_path: Path, version: int) -> Path:
+    """The 0.3.0 ledger (schema 7) widened to ``version`` the way upstream's storage does it:
+    each later version's marker table or column added, every earlier row left as it was."""
+    from receipts_app.importer.schema import STORAGE_VERSION_MARKERS
+
+    folder = tmp_path / f"v{version}"
+    folder.mkdir()
+    for name in ("sessions.db", "sessions.db-wal", "sessions.db-shm"):
+        shutil.copy(golden_dir / "opensquilla-0.3.0" / name, folder / name)
+    conn = sqlite3.connect(folder / "sessions.db")
+    with conn:
+        for marker, table, column in STORAGE_VERSION_MARKERS:
+            if not 7 < marker <= version:
+                continue
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {table} (id INTEGER PRIMARY KEY)")
+            if column is not None:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
+    conn.close()
+    return folder / "sessions.db"
+
+
+@pytest.mark.parametrize("version", range(7, 26))
+def test_every_schema_from_0_3_0_to_25_is_read_and_recorded(
+    golden_dir, tmp_path, version, viewer_client
+):
+    db = _at_version(golden_dir, tmp_path, version)
+    name = f"v{version}"
+
+    f = follower(db, gateway=name)
+    assert f.poll() == "synced"
+
+    assert Gateway.objects.get(name=name).schema_version == str(version)
+    assert TranscriptEntry.objects.filter(gateway_id=name).count() == 140
+    overview = viewer_client.get("/").content.decode()
+    assert f"schema <code>{version}</code>" in overview
