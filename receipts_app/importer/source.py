@@ -92,9 +92,10 @@ class SourceEntry:
     reasoning_content: str | None
     token_count: int | None
     created_at: int
-    # ``entry_digest`` of the row as stored upstream (0 when built by hand): the mirror sums
-    # what it applied per session and compares it with the file's own fingerprint.
+    # The row's parts of its session's fingerprint, as read (0 when built by hand): the
+    # mirror sums what it applied per session and compares it with the file's fingerprint.
     digest: int = 0
+    native: int = 0
 
     @property
     def rowid(self) -> int:
@@ -113,10 +114,14 @@ class SourceReceipt:
 
 # --- transcript fingerprints (docs/MIRROR.md "Messages edited in place") -------------------
 # Upstream (after 0.5.3) rewrites a transcript row in place, keeping its id. A session's
-# fingerprint is the number of its rows and the XOR of one 63-bit digest per row, each over
-# the row's raw column values: computed inside SQLite by an aggregate registered on the
-# reading connection, and by the same function over the rows the mirror applied, so the two
-# agree exactly when every row the mirror holds is as the file now has it.
+# fingerprint has two parts, both summed over its rows so that what the mirror applied can be
+# added to what it stored:
+# - ``native``: a weighted sum of each row's id and column lengths, computed by SQLite's own
+#   functions (a scan at SQLite's speed, ~1 ms per few thousand rows): a changed row count, a
+#   deleted row, or an edit that changes any column's length moves it;
+# - ``digest``: the XOR of a 63-bit BLAKE2b digest of each row's raw values, computed inside
+#   SQLite by an aggregate registered on the connection (a Python call per row, ~10 µs): any
+#   edit moves it. The mirror asks for it less often (``sync.STRONG_CHECK_MS``).
 DIGEST_COLUMNS = (
     "id",
     "session_key",
@@ -129,6 +134,18 @@ DIGEST_COLUMNS = (
     "token_count",
     "created_at",
 )
+# (column, weight) of the native part; id is added as is.
+_NATIVE_WEIGHTS = (
+    ("session_key", 3),
+    ("message_id", 5),
+    ("role", 11),
+    ("content", 131),
+    ("tool_calls", 17),
+    ("tool_call_id", 19),
+    ("reasoning_content", 23),
+    ("token_count", 29),
+)
+NATIVE = "_native"
 _DIGEST_MASK = (1 << 63) - 1
 
 
@@ -136,6 +153,19 @@ def entry_digest(*values: Any) -> int:
     """A row's digest over its raw values in ``DIGEST_COLUMNS`` order (types included)."""
     raw = repr(values).encode("utf-8", "surrogatepass")
     return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "big") & _DIGEST_MASK
+
+
+def native_expression(present: set[str]) -> str:
+    """The SQL of one row's native part (columns the file lacks count as empty)."""
+    terms = ["id"] + [
+        f"COALESCE(LENGTH({column}), 0) * {weight}"
+        for column, weight in _NATIVE_WEIGHTS
+        if column in present
+    ]
+    # Lengths weighted by the row's position too, so text moved between rows shows.
+    if "content" in present:
+        terms.append("COALESCE(LENGTH(content), 0) * (id % 65521)")
+    return " + ".join(terms)
 
 
 class _TranscriptFingerprint:
@@ -153,19 +183,22 @@ class _TranscriptFingerprint:
 
 @dataclass(frozen=True)
 class Fingerprint:
-    """A session's transcript, up to an id: how many rows, and the XOR of their digests."""
+    """A session's transcript up to an id: row count, native sum, XOR of digests."""
 
     count: int = 0
+    native: int = 0
     digest: int = 0
 
     def plus(self, other: Fingerprint) -> Fingerprint:
-        return Fingerprint(self.count + other.count, self.digest ^ other.digest)
+        return Fingerprint(
+            self.count + other.count, self.native + other.native, self.digest ^ other.digest
+        )
 
     @classmethod
     def of(cls, entries: Any) -> Fingerprint:
         out = cls()
         for entry in entries:
-            out = out.plus(cls(1, entry.digest))
+            out = out.plus(cls(1, entry.native, entry.digest))
         return out
 
 
@@ -275,6 +308,10 @@ class SourceDatabase:
         select = ", ".join(c if c in present else f"NULL AS {c}" for c in wanted if c != ROWID) + (
             f", rowid AS {ROWID}" if self._has_rowid(table) else f", NULL AS {ROWID}"
         )
+        if table == "transcript_entries":
+            # Each row's native fingerprint part, by SQLite itself (see native_expression).
+            select += f", {native_expression(present)} AS {NATIVE}"
+            wanted = (*wanted, NATIVE)
         condition = f" WHERE {where}" if where else ""
         cursor = self._run(
             f"SELECT {select} FROM {table}{condition} ORDER BY {order_by}",  # noqa: S608
@@ -304,25 +341,33 @@ class SourceDatabase:
             self.reads["entries_reread"] += len(batch)
             yield [_entry(row) for row in batch]
 
-    def fingerprints(self, session_ids: Iterable[str], through_id: int) -> dict[str, Fingerprint]:
+    def fingerprints(
+        self, session_ids: Iterable[str], through_id: int, *, strong: bool = False
+    ) -> dict[str, Fingerprint]:
         """Each session's :class:`Fingerprint` over its entries with ``id <= through_id``,
         computed inside SQLite (one aggregate query per ``CHUNK`` sessions, served by
-        upstream's index on ``session_id``); a session without entries is absent."""
-        if not self._fingerprint_ready:
-            self.conn.create_aggregate(
-                "osq_transcript_fp", len(DIGEST_COLUMNS), _TranscriptFingerprint
-            )
-            self._fingerprint_ready = True
+        upstream's index on ``session_id``); ``digest`` only when ``strong`` (0 otherwise).
+        A session without entries is absent."""
         present = self.columns["transcript_entries"]
-        # Column names come from the constant above, never from the file.
-        args = ", ".join(c if c in present else "NULL" for c in DIGEST_COLUMNS)
+        native = native_expression(present)
+        if strong:
+            if not self._fingerprint_ready:
+                self.conn.create_aggregate(
+                    "osq_transcript_fp", len(DIGEST_COLUMNS), _TranscriptFingerprint
+                )
+                self._fingerprint_ready = True
+            # Column names come from the constant above, never from the file.
+            args = ", ".join(c if c in present else "NULL" for c in DIGEST_COLUMNS)
+            digest = f"osq_transcript_fp({args})"
+        else:
+            digest = "0"
         ids = list(dict.fromkeys(session_ids))
         out: dict[str, Fingerprint] = {}
         for start in range(0, len(ids), CHUNK):
             chunk = ids[start : start + CHUNK]
             marks = ", ".join("?" * len(chunk))
             cursor = self._run(
-                f"SELECT session_id, COUNT(*), osq_transcript_fp({args}) "  # noqa: S608
+                f"SELECT session_id, COUNT(*), SUM({native}), {digest} "  # noqa: S608
                 f"FROM transcript_entries WHERE session_id IN ({marks}) AND id <= ? "
                 "GROUP BY session_id",
                 (*chunk, through_id),
@@ -331,9 +376,9 @@ class SourceDatabase:
                 found = cursor.fetchall()
             except sqlite3.DatabaseError as exc:
                 raise ImportSourceError(f"{self.path} cannot be read: {exc}") from exc
-            self.reads["fingerprint_queries"] += 1
-            for session_id, count, digest in found:
-                out[str(session_id)] = Fingerprint(int(count), int(digest))
+            self.reads["strong_fingerprint_queries" if strong else "fingerprint_queries"] += 1
+            for session_id, count, total, xor in found:
+                out[str(session_id)] = Fingerprint(int(count), int(total or 0), int(xor or 0))
         return out
 
     def receipts(self) -> Iterator[list[SourceReceipt]]:
@@ -508,6 +553,7 @@ def _entry(row: dict[str, Any]) -> SourceEntry:
         token_count=_int(row["token_count"], f"{what}: token_count"),
         created_at=_int(row["created_at"], f"{what}: created_at", required=True),
         digest=entry_digest(*(row[c] for c in DIGEST_COLUMNS)),
+        native=int(row.get(NATIVE) or 0),
     )
 
 

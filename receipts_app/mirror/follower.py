@@ -100,6 +100,7 @@ class Follower:
         self._schema_cookie: int | None = None
         self._recent_sessions = RecentlyApplied()
         self._recent_receipts = RecentlyApplied()
+        self._strong_checked: dict[str, int] = {}
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -221,6 +222,7 @@ class Follower:
                 self._recent_receipts = RecentlyApplied()
                 # Fingerprints of the old file: the first pass stores the new file's.
                 MirroredTranscript.objects.filter(source_id=self.source_id).delete()
+                self._strong_checked = {}
             if src.identity != identity:
                 src.identity = identity
                 fields.append("identity")
@@ -280,6 +282,7 @@ class Follower:
             totals=totals,
             recent_sessions=self._recent_sessions,
             recent_receipts=self._recent_receipts,
+            strong_checked=self._strong_checked,
         ).run()
         return result
 

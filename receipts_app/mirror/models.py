@@ -115,8 +115,9 @@ class MirroredReceipt(models.Model):
 
 
 class MirroredTranscript(models.Model):
-    """One session generation's transcript as the mirror last saw it in the source, up to an
-    entry id: the row count and the XOR of the rows' digests (``importer.source.Fingerprint``).
+    """One session generation's transcript as the mirror holds it from the source, up to an
+    entry id: the row count, the native sum and the XOR of the rows' digests
+    (``importer.source.Fingerprint``).
 
     Upstream rewrites rows in place (after 0.5.3); a touched session whose fingerprint in the
     file no longer equals this one plus what the mirror applied since has an edited (or
@@ -127,6 +128,7 @@ class MirroredTranscript(models.Model):
     session_id = models.CharField(max_length=64)
     through_id = models.BigIntegerField(default=0)
     entry_count = models.IntegerField(default=0)
+    native = models.BigIntegerField(default=0)
     digest = models.BigIntegerField(default=0)
 
     class Meta:

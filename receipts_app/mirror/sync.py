@@ -37,6 +37,9 @@ from .models import MirroredReceipt, MirroredSession, MirroredTranscript, Mirror
 log = logging.getLogger("receipts_app.mirror")
 
 OVERLAP_MS = 5_000
+# How often a touched session's transcript digest (every row hashed, inside SQLite) is
+# compared; the cheap native part is compared on every pass (docs/MIRROR.md).
+STRONG_CHECK_MS = 10_000
 MIRROR_ACTOR = audit.Actor("opensquilla-mirror", "system")
 
 
@@ -149,7 +152,10 @@ class SyncPass:
         totals: dict[str, int] | None = None,
         recent_sessions: RecentlyApplied | None = None,
         recent_receipts: RecentlyApplied | None = None,
+        strong_checked: dict[str, int] | None = None,
     ) -> None:
+        # session_id -> when its digest was last compared (kept by the follower across passes)
+        self.strong_checked = strong_checked if strong_checked is not None else {}
         self.recent_sessions = recent_sessions or RecentlyApplied()
         self.recent_receipts = recent_receipts or RecentlyApplied()
         self.source_id = source_id
@@ -255,7 +261,7 @@ class SyncPass:
             for entry in batch:
                 self.applied_entries[entry.session_id] = self.applied_entries.get(
                     entry.session_id, Fingerprint()
-                ).plus(Fingerprint(1, entry.digest))
+                ).plus(Fingerprint(1, entry.native, entry.digest))
             self.touched.update(self.applied_entries)
             done += len(batch)
             self._tick("transcript entries", done)
@@ -266,32 +272,54 @@ class SyncPass:
     def _edits(self, through: int) -> None:
         """For each touched session, compare the file's fingerprint of its entries up to
         ``through`` (computed inside SQLite) with the stored one plus what this pass applied;
-        read again, and apply, only the entries of a session where they differ."""
+        read again, and apply, only the entries of a session where they differ.
+
+        The native part is asked every pass; the digest (any edit, a Python call per row)
+        at most every ``STRONG_CHECK_MS`` per session, and never for a session this pass read
+        in full (no stored fingerprint: it holds exactly what was just read)."""
         touched = sorted(self.touched)
+        now = now_ms()
         for start in range(0, len(touched), CHUNK):
             chunk = touched[start : start + CHUNK]
             stored = {
-                t.session_id: Fingerprint(t.entry_count, t.digest)
+                t.session_id: Fingerprint(t.entry_count, t.native, t.digest)
                 for t in MirroredTranscript.objects.filter(
                     source_id=self.source_id, session_id__in=chunk
                 )
             }
             actual = self.db.fingerprints(chunk, through)
-            agree: dict[str, Fingerprint] = {}
+            expected: dict[str, Fingerprint] = {}
+            strong: list[str] = []
             for session_id in chunk:
-                now = actual.get(session_id, Fingerprint())
-                applied = self.applied_entries.get(session_id, Fingerprint())
-                expected = stored.get(session_id, Fingerprint()).plus(applied)
-                if now == expected:
-                    agree[session_id] = now
-                else:
+                held = stored.get(session_id, Fingerprint()).plus(
+                    self.applied_entries.get(session_id, Fingerprint())
+                )
+                found = actual.get(session_id, Fingerprint())
+                if (found.count, found.native) != (held.count, held.native):
                     self._reread(session_id, through)
-            if agree:
+                    continue
+                expected[session_id] = held
+                if session_id not in stored:
+                    self.strong_checked[session_id] = now
+                elif now - self.strong_checked.get(session_id, 0) >= STRONG_CHECK_MS:
+                    strong.append(session_id)
+            if strong:
+                digests = self.db.fingerprints(strong, through, strong=True)
+                for session_id in strong:
+                    self.strong_checked[session_id] = now
+                    if digests.get(session_id, Fingerprint()) != expected[session_id]:
+                        self._reread(session_id, through)
+                        del expected[session_id]
+            if expected:
 
-                def keep(src: MirrorSource, agree: dict[str, Fingerprint] = agree) -> None:
-                    _store_fingerprints(src, through, agree)
+                def keep(src: MirrorSource, held: dict[str, Fingerprint] = expected) -> None:
+                    _store_fingerprints(src, through, held)
 
                 self._apply(("entries_id",), (through,), (through,), keep)
+        # A session not in the map is due: forgetting the old stamps changes nothing.
+        horizon = now_ms() - STRONG_CHECK_MS
+        for session_id in [k for k, v in self.strong_checked.items() if v < horizon]:
+            del self.strong_checked[session_id]
 
     def _reread(self, session_id: str, through: int) -> None:
         def apply(src: MirrorSource) -> None:
@@ -311,6 +339,7 @@ class SyncPass:
             _store_fingerprints(src, through, {session_id: seen})
 
         self._apply(("entries_id",), (through,), (through,), apply)
+        self.strong_checked[session_id] = now_ms()
 
     # --- receipts -------------------------------------------------------------------------
 
@@ -465,13 +494,14 @@ def _store_fingerprints(src: MirrorSource, through: int, found: dict[str, Finger
                 session_id=session_id,
                 through_id=through,
                 entry_count=fp.count,
+                native=fp.native,
                 digest=fp.digest,
             )
             for session_id, fp in found.items()
         ],
         update_conflicts=True,
         unique_fields=["source", "session_id"],
-        update_fields=["through_id", "entry_count", "digest"],
+        update_fields=["through_id", "entry_count", "native", "digest"],
         batch_size=500,
     )
 

@@ -173,6 +173,38 @@ def test_only_the_edited_session_is_read_again(head_db):
     assert reads["fingerprint_queries"] == 3
 
 
+def test_an_edit_that_keeps_every_length_is_found_by_the_digest(head_db, monkeypatch):
+    db, _ = head_db
+    monkeypatch.setattr("receipts_app.mirror.sync.STRONG_CHECK_MS", 10**12)
+    f = follower(db)
+    f.poll()
+    reads = f.watch.db.reads
+    same_length = FINAL_TEXT.replace("Friday", "Sunday")
+    assert len(same_length) == len(FINAL_TEXT)
+
+    # Within STRONG_CHECK_MS of the last digest comparison only the native part is asked:
+    # counts and lengths agree, so nothing is read again yet.
+    upstream_rewrite(db, STREAMED, STREAMED_MESSAGE_ID, same_length)
+    assert f.poll() == "synced"
+    assert reads["entries_reread"] == 0
+    assert TranscriptEntry.objects.get(message_id=STREAMED_MESSAGE_ID).content == FINAL_TEXT
+
+    # Once due, the digest (every row hashed inside SQLite) differs: only that session is read.
+    monkeypatch.setattr("receipts_app.mirror.sync.STRONG_CHECK_MS", 0)
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute(
+            "UPDATE sessions SET updated_at = updated_at + 1000 WHERE session_key = ?", (STREAMED,)
+        )
+    conn.close()
+    assert f.poll() == "synced"
+    assert reads["strong_fingerprint_queries"] == 1
+    assert reads["entries_reread"] == 4
+    assert TranscriptEntry.objects.get(message_id=STREAMED_MESSAGE_ID).content == same_length
+    (event,) = ReceiptEvent.objects.filter(action="transcript_edit")
+    assert event.details["new_content_sha256"] == sha(same_length)
+
+
 def test_a_reimport_of_an_edited_file_updates_audits_and_reanswers(head_db):
     db, workspace = head_db
     import_opensquilla(db_path=db, workspace=workspace)
