@@ -29,6 +29,7 @@ from ..importer.rows import FileFacts
 from ..importer.service import check_gateway_name, record_gateway_seen
 from ..importer.source import SourceDatabase
 from ..importer.targets import file_targets
+from . import sync
 from .models import MirroredTranscript, MirrorSource
 from .reconcile import reconcile
 from .state import HEARTBEAT_MS
@@ -101,6 +102,7 @@ class Follower:
         self._recent_sessions = RecentlyApplied()
         self._recent_receipts = RecentlyApplied()
         self._strong_checked: dict[str, int] = {}
+        self._strong_pending: dict[str, int] = {}
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -144,7 +146,7 @@ class Follower:
                 (db.count("sessions"), db.count("memory_durable_receipts")) if changed else None
             )
             due = self._reconcile_due(src, counts)
-            if not changed and not due and src.initial_sync_done:
+            if not changed and not due and src.initial_sync_done and not self._digest_due():
                 self._heartbeat_if_due()
                 return "idle"
             result = self._sync(src, db)
@@ -223,11 +225,17 @@ class Follower:
                 # Fingerprints of the old file: the first pass stores the new file's.
                 MirroredTranscript.objects.filter(source_id=self.source_id).delete()
                 self._strong_checked = {}
+                self._strong_pending = {}
             if src.identity != identity:
                 src.identity = identity
                 fields.append("identity")
             src.save(update_fields=fields)
         self._counts = None
+
+    def _digest_due(self) -> bool:
+        """A touched session's digest comparison was put off and is due now (sync.py)."""
+        now = now_ms()
+        return any(now - at >= sync.STRONG_CHECK_MS for at in self._strong_pending.values())
 
     def _note_schema(self, db: SourceDatabase) -> None:
         """A gateway upgraded under a running follower migrates the file in place: SQLite's
@@ -283,6 +291,7 @@ class Follower:
             recent_sessions=self._recent_sessions,
             recent_receipts=self._recent_receipts,
             strong_checked=self._strong_checked,
+            strong_pending=self._strong_pending,
         ).run()
         return result
 

@@ -153,9 +153,13 @@ class SyncPass:
         recent_sessions: RecentlyApplied | None = None,
         recent_receipts: RecentlyApplied | None = None,
         strong_checked: dict[str, int] | None = None,
+        strong_pending: dict[str, int] | None = None,
     ) -> None:
-        # session_id -> when its digest was last compared (kept by the follower across passes)
+        # Kept by the follower across passes: session_id -> when its digest was last
+        # compared; and the sessions whose comparison was put off (not due yet), with the
+        # time of their last one, compared once due whether touched again or not.
         self.strong_checked = strong_checked if strong_checked is not None else {}
+        self.strong_pending = strong_pending if strong_pending is not None else {}
         self.recent_sessions = recent_sessions or RecentlyApplied()
         self.recent_receipts = recent_receipts or RecentlyApplied()
         self.source_id = source_id
@@ -277,8 +281,10 @@ class SyncPass:
         The native part is asked every pass; the digest (any edit, a Python call per row)
         at most every ``STRONG_CHECK_MS`` per session, and never for a session this pass read
         in full (no stored fingerprint: it holds exactly what was just read)."""
-        touched = sorted(self.touched)
         now = now_ms()
+        # Sessions whose digest comparison was put off come back once it is due, touched or not.
+        due = {sid for sid, at in self.strong_pending.items() if now - at >= STRONG_CHECK_MS}
+        touched = sorted(self.touched | due)
         for start in range(0, len(touched), CHUNK):
             chunk = touched[start : start + CHUNK]
             stored = {
@@ -299,14 +305,18 @@ class SyncPass:
                     self._reread(session_id, through)
                     continue
                 expected[session_id] = held
+                last = self.strong_checked.get(session_id, 0)
                 if session_id not in stored:
                     self.strong_checked[session_id] = now
-                elif now - self.strong_checked.get(session_id, 0) >= STRONG_CHECK_MS:
+                elif now - last >= STRONG_CHECK_MS:
                     strong.append(session_id)
+                else:
+                    self.strong_pending.setdefault(session_id, last)
             if strong:
                 digests = self.db.fingerprints(strong, through, strong=True)
                 for session_id in strong:
                     self.strong_checked[session_id] = now
+                    self.strong_pending.pop(session_id, None)
                     if digests.get(session_id, Fingerprint()) != expected[session_id]:
                         self._reread(session_id, through)
                         del expected[session_id]
@@ -340,6 +350,7 @@ class SyncPass:
 
         self._apply(("entries_id",), (through,), (through,), apply)
         self.strong_checked[session_id] = now_ms()
+        self.strong_pending.pop(session_id, None)
 
     # --- receipts -------------------------------------------------------------------------
 
