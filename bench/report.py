@@ -328,6 +328,75 @@ def suite_figures(runs: list[dict]) -> tuple[list[Row], list[str]]:
     return rows, detail + [""]
 
 
+def _fleet_load(r: dict) -> str:
+    phases = r["loadavg"]
+    return ", ".join(
+        f"{phase} {v['min']:.1f}–{v['max']:.1f}"
+        for phase, v in phases.items()
+        if phase in ("lag", "idle")
+    )
+
+
+def fleet_figures(runs: list[dict]) -> tuple[list[Row], list[str]]:
+    """``bench/mirror_fleet.py``: many gateways followed into one PostgreSQL."""
+    rows: list[Row] = []
+    detail: list[str] = []
+    for r in sorted(runs, key=lambda r: r["name"]):
+        o, n, mode = r["overall"], r["gateways"], r["mode"]
+        how = (
+            "a follower process each" if mode == "processes" else "one `run_mirror`, a thread each"
+        )
+        rates = [g["achieved_rate_per_s"] for g in r["per_gateway"].values()]
+        measured = f"{when(r)}; load {_fleet_load(r)}"
+        rows.append(
+            {
+                "figure": f"mirror lag, {n} gateways at once ({how}), each written by the "
+                f"reference at {r['rate_per_gateway']:g} receipts/s asked (achieved "
+                f"{min(rates):.0f}–{max(rates):.0f}/s), into one PostgreSQL (`{r['name']}`)",
+                "value": f"worst gateway p99 {o['worst_gateway_lag_p99_s']:.2f} s; all: p50 "
+                f"{o['lag_p50_s']:.2f} s, p99 {o['lag_p99_s']:.2f} s, max {o['lag_max_s']:.2f} s; "
+                f"{o['not_applied']} not applied",
+                "goal": f"p99 ≤ {r['lag_goal_s']:g} s per gateway",
+                "met": met(o["lag_goal_met"]),
+                "measured": measured,
+                "command": cmd(r),
+                "limit": "fleet",
+            }
+        )
+        rows.append(
+            {
+                "figure": f"mirror follower's idle cost per gateway, {n} gateways "
+                f"({r['idle_seconds']:g} s, sources unchanged; `{r['name']}`)",
+                "value": f"worst {o['worst_gateway_idle_cpu_percent']:.2f} % of one core",
+                "goal": f"≤ {r['idle_goal_percent']:g} %",
+                "met": met(o["idle_goal_met"]),
+                "measured": measured,
+                "command": cmd(r),
+                "limit": "fleet",
+            }
+        )
+        detail += [
+            f"`{r['name']}` ({how}; poll interval {r['interval_s']:g} s; writing took "
+            f"{r['writing_wall_s']:g} s for {r['seconds']:g} s of writes asked; load average "
+            + ", ".join(
+                f"{phase} {v['min']:.1f}–{v['max']:.1f} (mean {v['mean']:.1f})"
+                for phase, v in r["loadavg"].items()
+            )
+            + "):",
+            "",
+            "| gateway | writes/s achieved | applied | lag p50 | lag p99 | lag max | idle CPU |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name, g in r["per_gateway"].items():
+            detail.append(
+                f"| `{name}` | {g['achieved_rate_per_s']:.1f} | {g['applied']}/{g['committed']} | "
+                f"{g['lag_p50_s']:.2f} s | {g['lag_p99_s']:.2f} s | {g['lag_max_s']:.2f} s | "
+                f"{g['idle_cpu_percent_of_core']:.2f} % |"
+            )
+        detail.append("")
+    return rows, detail
+
+
 def carried_figures(results: dict[str, dict]) -> list[Row]:
     carried = results.get("carried")
     if not carried:
@@ -437,6 +506,16 @@ LIMITS = {
         "20 ms of polling. The initial import is bounded by Django row preparation per batch "
         "(one transaction per batch, so a kill loses nothing)."
     ),
+    "fleet": (
+        "Every gateway's writer is a reference `SessionStorage` process committing a message and "
+        "a receipt per write (two durable SQLite commits), and every follower its own Django "
+        "process, all on the machine's 2 cores with PostgreSQL and the other tenants: when the "
+        "writers cannot reach the rate asked, the machine is out of CPU, and the lag then "
+        "measures waiting for a core more than the follower's work (a pass is the poll "
+        "interval plus reading and applying the batch, plus the touched sessions' transcript "
+        "fingerprints, docs/MIRROR.md). Idle, a follower costs a `stat` of the file and its "
+        "WAL and one `PRAGMA data_version` per poll, and a heartbeat every 10 s."
+    ),
     "reads": (
         "Both reads are one prepared statement over an index (`idx_mdr_coverage`, "
         "`idx_mdr_status_created`); the reference has no status index and scans."
@@ -462,6 +541,7 @@ LIMIT_TITLES = {
     "concurrent": "Concurrent API writers",
     "put": "Single `PUT /api/v1/receipts`",
     "mirror": "Mirror",
+    "fleet": "Mirror, many gateways",
     "reads": "Coverage lookup and list by status",
     "requeue": "Requeue plans",
     "api": "Receipts API under load",
@@ -497,8 +577,9 @@ REPRODUCE = [
     "`bench/ledger_ops.py`, `bench/workers.py` and `bench/api_load.py` (`make bench` runs the "
     "set through `bench/run_all.py`); their JSON was not kept, so those rows hold the figures "
     "as last published, with the command, date and commit of their run "
-    "(`bench/results/carried.json`). This page renders only write-round, suite-time and carried "
-    "results (and `bench/write_profile.py`'s): adopting the JSON of another benchmark is "
+    "(`bench/results/carried.json`). This page renders only write-round, suite-time, "
+    "mirror-fleet (`bench/mirror_fleet.py`) and carried results (and "
+    "`bench/write_profile.py`'s): adopting the JSON of another benchmark is "
     "refused until the report has a "
     "renderer for it.",
 ]
@@ -537,7 +618,8 @@ def render(results: dict[str, dict] | None = None) -> str:
     results = load_results() if results is None else results
     write_rows, write_detail = write_figures(by_kind(results, "write_rounds"))
     suite_rows, suite_detail = suite_figures(by_kind(results, "suite_time"))
-    rows = write_rows + suite_rows + carried_figures(results)
+    fleet_rows, fleet_detail = fleet_figures(by_kind(results, "mirror_fleet"))
+    rows = write_rows + suite_rows + fleet_rows + carried_figures(results)
     machine = next(
         (r["machine"] for r in results.values() if r.get("machine")),
         {"cpu": "?", "nproc": "?", "memory_gib": "?", "python": "?"},
@@ -592,6 +674,21 @@ def render(results: dict[str, dict] | None = None) -> str:
         "tests deselected). `-n auto` is `-n 2` on this 2-core machine.",
         "",
         *suite_detail,
+        *(
+            [
+                "## Mirror, many gateways",
+                "",
+                "`bench/mirror_fleet.py`: each gateway a `sessions.db` written live by the "
+                "reference opensquilla 0.3.0 (`tests/mirror/reference_writer.py load`), all "
+                "followed at once into one PostgreSQL. Lag: a receipt's commit (its writer's "
+                "clock) to its row in our ledger under its gateway, seen by polling every "
+                "20 ms. Idle: each follower's CPU (`/proc/<pid>/stat`) once the writers stop.",
+                "",
+                *fleet_detail,
+            ]
+            if fleet_detail
+            else []
+        ),
         "## How to reproduce",
         "",
         *REPRODUCE,
@@ -607,7 +704,7 @@ def render(results: dict[str, dict] | None = None) -> str:
 
 # --- adopting results ----------------------------------------------------------------------------
 
-RENDERED_KINDS = ("write_rounds", "suite_time", "write_profile")
+RENDERED_KINDS = ("write_rounds", "suite_time", "write_profile", "mirror_fleet")
 
 
 def adopt(path: Path) -> Path:

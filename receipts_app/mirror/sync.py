@@ -320,9 +320,11 @@ class SyncPass:
                     if digests.get(session_id, Fingerprint()) != expected[session_id]:
                         self._reread(session_id, through)
                         del expected[session_id]
-            if expected:
+            # Only what moved is written: a session touched without a new entry keeps its row.
+            moved = {sid: fp for sid, fp in expected.items() if stored.get(sid) != fp}
+            if moved:
 
-                def keep(src: MirrorSource, held: dict[str, Fingerprint] = expected) -> None:
+                def keep(src: MirrorSource, held: dict[str, Fingerprint] = moved) -> None:
                     _store_fingerprints(src, through, held)
 
                 self._apply(("entries_id",), (through,), (through,), keep)
