@@ -352,7 +352,7 @@ def fleet_figures(runs: list[dict]) -> tuple[list[Row], list[str]]:
             {
                 "figure": f"mirror lag, {n} gateways at once ({how}), each written by the "
                 f"reference at {r['rate_per_gateway']:g} receipts/s asked (achieved "
-                f"{min(rates):.0f}–{max(rates):.0f}/s), into one PostgreSQL (`{r['name']}`)",
+                f"{min(rates):.1f}–{max(rates):.1f}/s), into one PostgreSQL (`{r['name']}`)",
                 "value": f"worst gateway p99 {o['worst_gateway_lag_p99_s']:.2f} s; all: p50 "
                 f"{o['lag_p50_s']:.2f} s, p99 {o['lag_p99_s']:.2f} s, max {o['lag_max_s']:.2f} s; "
                 f"{o['not_applied']} not applied",
