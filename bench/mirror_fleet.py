@@ -18,6 +18,7 @@ Figures, per gateway and over all of them:
 1. Lag: each receipt's commit time (printed by its writer) to when it appears in our ledger
    under its gateway (this process polls PostgreSQL every 20 ms, so each figure includes up
    to 20 ms of polling): p50, p99, max; the writer's achieved rate.
+   Beside it, each follower's CPU over the writing phase, as a share of one core.
 2. Idle cost: CPU time of each follower (``/proc/<pid>/stat``) over ``--idle-seconds`` once
    every writer has stopped, as a share of one core.
 
@@ -324,7 +325,10 @@ def main() -> None:
         loads.phase = "initial"
         initial_s = wait_initial(list(sources), 300)
         loads.phase = "lag"
+        pids = {p.pid for p in followers.values()}
+        cpu_before = {pid: cpu_seconds(pid) for pid in pids}
         per_gateway, lag_wall = measure_lag(sources, args.rate, args.seconds)
+        busy = {pid: cpu_seconds(pid) - cpu_before[pid] for pid in pids}
         loads.phase = "idle"
         idle = measure_idle(followers, args.idle_seconds)
     finally:
@@ -333,6 +337,10 @@ def main() -> None:
     every_lag = [x for g in per_gateway.values() for x in g.pop("_lags")]
     for name, figures in per_gateway.items():
         figures["idle_cpu_percent_of_core"] = idle[name]
+        # The follower's CPU while its gateway was written (shared evenly in thread mode).
+        pid = followers[name].pid
+        sharing = sum(1 for p in followers.values() if p.pid == pid)
+        figures["busy_cpu_percent_of_core"] = round(100 * busy[pid] / sharing / lag_wall, 1)
     worst_p99 = max((g["lag_p99_s"] or 0) for g in per_gateway.values())
     worst_idle = max(idle.values())
     lost = sum(g["committed"] - g["applied"] for g in per_gateway.values())

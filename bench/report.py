@@ -384,13 +384,16 @@ def fleet_figures(runs: list[dict]) -> tuple[list[Row], list[str]]:
             )
             + "):",
             "",
-            "| gateway | writes/s achieved | applied | lag p50 | lag p99 | lag max | idle CPU |",
-            "|---|---|---|---|---|---|---|",
+            "| gateway | writes/s achieved | applied | lag p50 | lag p99 | lag max | follower CPU "
+            "while written | idle CPU |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for name, g in r["per_gateway"].items():
+            busy = g.get("busy_cpu_percent_of_core")
             detail.append(
                 f"| `{name}` | {g['achieved_rate_per_s']:.1f} | {g['applied']}/{g['committed']} | "
                 f"{g['lag_p50_s']:.2f} s | {g['lag_p99_s']:.2f} s | {g['lag_max_s']:.2f} s | "
+                f"{'—' if busy is None else f'{busy:.1f} %'} | "
                 f"{g['idle_cpu_percent_of_core']:.2f} % |"
             )
         detail.append("")
