@@ -7,6 +7,12 @@ the fetched bare repository (see ``tests/golden/README.md``):
     .venv/bin/python bench/make_golden_head.py --upstream-src /tmp/up-0.5.3/src \\
         --out /tmp/golden-0.5.3        # writes sessions.db.gz and workspace/
 
+``--rewrite DB --text TEXT`` instead writes that streamed answer again under its
+``message_id`` into an existing ledger (a copy of the HEAD golden one), through the given
+release's ``SessionManager.append_message``: at HEAD that is upstream's own in-place rewrite
+(``upsert_transcript_entry_and_touch``). ``tests/mirror/test_inplace_edits.py`` runs it when
+``OSQ_UPSTREAM_SRC`` names a HEAD ``src/`` (and the reference venv exists).
+
 The script re-executes itself in the reference venv (``var/bench/ref-venv``, Python 3.12,
 built by ``bench/reference_venv.sh``) with ``--upstream-src`` first on ``sys.path``, so the
 given release's ``opensquilla`` package shadows the venv's installed 0.3.0; the venv already
@@ -188,6 +194,21 @@ async def make_ledger(out_dir: Path, migrations: Path) -> None:
     _compact(db_path)
 
 
+async def rewrite_streamed(db_path: Path, text: str) -> None:
+    """Write the streamed answer of the golden ledger again, as upstream would finalise it."""
+    from opensquilla.session.manager import SessionManager
+    from opensquilla.session.storage import SessionStorage
+
+    storage = await SessionStorage.open(str(db_path))
+    manager = SessionManager(storage, time_prefix_tz="UTC")
+    if "message_id" not in inspect.signature(manager.append_message).parameters:
+        raise SystemExit("this release has no in-place rewrite (#1199): nothing to do")
+    await manager.append_message(
+        "agent:main:webchat:head-1", "assistant", text, message_id=STREAMED_MESSAGE_ID
+    )
+    await storage.close()
+
+
 def _compact(db_path: Path) -> None:
     """One self-contained file, gzipped: fold the WAL back in and drop the free pages.
 
@@ -249,14 +270,24 @@ def main() -> int:
     parser.add_argument(
         "--migrations", type=Path, help="upstream's migrations/ (default: beside --upstream-src)"
     )
-    parser.add_argument("--out", type=Path, required=True, help="an empty or new directory")
+    parser.add_argument("--out", type=Path, help="an empty or new directory")
+    parser.add_argument(
+        "--rewrite", type=Path, help="rewrite the streamed answer in place in this sessions.db"
+    )
+    parser.add_argument("--text", default="Edited by upstream.", help="the text for --rewrite")
     args = parser.parse_args()
+    if (args.out is None) == (args.rewrite is None):
+        parser.error("give exactly one of --out and --rewrite")
     upstream_src = args.upstream_src.resolve()
     if not (upstream_src / "opensquilla" / "session" / "storage.py").is_file():
         parser.error(f"{upstream_src} is not upstream's src/ (no opensquilla/session/storage.py)")
     migrations = (args.migrations or upstream_src.parent / "migrations").resolve()
     if not any(migrations.glob("V*.py")):
         parser.error(f"{migrations} holds no V*.py migrations; pass --migrations")
+    if args.rewrite is not None:
+        _reexec_in_reference_venv(upstream_src)
+        asyncio.run(rewrite_streamed(args.rewrite.resolve(), args.text))
+        return 0
     out = args.out.resolve()
     if out.exists() and any(out.iterdir()):
         parser.error(f"{out} is not empty")

@@ -350,6 +350,78 @@ FLEET_ROWS = {
 }
 
 
+def _mirror_fleet_load(r: dict) -> str:
+    phases = r["loadavg"]
+    return ", ".join(
+        f"{phase} {v['min']:.1f}–{v['max']:.1f}"
+        for phase, v in phases.items()
+        if phase in ("lag", "idle")
+    )
+
+
+def mirror_fleet_figures(runs: list[dict]) -> tuple[list[Row], list[str]]:
+    """``bench/mirror_fleet.py``: many gateways followed into one PostgreSQL."""
+    rows: list[Row] = []
+    detail: list[str] = []
+    for r in sorted(runs, key=lambda r: r["name"]):
+        o, n, mode = r["overall"], r["gateways"], r["mode"]
+        how = (
+            "a follower process each" if mode == "processes" else "one `run_mirror`, a thread each"
+        )
+        rates = [g["achieved_rate_per_s"] for g in r["per_gateway"].values()]
+        measured = f"{when(r)}; load {_mirror_fleet_load(r)}"
+        rows.append(
+            {
+                "figure": f"mirror lag, {n} gateways at once ({how}), each written by the "
+                f"reference at {r['rate_per_gateway']:g} receipts/s asked (achieved "
+                f"{min(rates):.1f}–{max(rates):.1f}/s), into one PostgreSQL (`{r['name']}`)",
+                "value": f"worst gateway p99 {o['worst_gateway_lag_p99_s']:.2f} s; all: p50 "
+                f"{o['lag_p50_s']:.2f} s, p99 {o['lag_p99_s']:.2f} s, max {o['lag_max_s']:.2f} s; "
+                f"{o['not_applied']} not applied",
+                "goal": f"p99 ≤ {r['lag_goal_s']:g} s per gateway",
+                "met": met(o["lag_goal_met"]),
+                "measured": measured,
+                "command": cmd(r),
+                "limit": "mirror_fleet",
+            }
+        )
+        rows.append(
+            {
+                "figure": f"mirror follower's idle cost per gateway, {n} gateways "
+                f"({r['idle_seconds']:g} s, sources unchanged; `{r['name']}`)",
+                "value": f"worst {o['worst_gateway_idle_cpu_percent']:.2f} % of one core",
+                "goal": f"≤ {r['idle_goal_percent']:g} %",
+                "met": met(o["idle_goal_met"]),
+                "measured": measured,
+                "command": cmd(r),
+                "limit": "mirror_fleet",
+            }
+        )
+        detail += [
+            f"`{r['name']}` ({how}; poll interval {r['interval_s']:g} s; writing took "
+            f"{r['writing_wall_s']:g} s for {r['seconds']:g} s of writes asked; load average "
+            + ", ".join(
+                f"{phase} {v['min']:.1f}–{v['max']:.1f} (mean {v['mean']:.1f})"
+                for phase, v in r["loadavg"].items()
+            )
+            + "):",
+            "",
+            "| gateway | writes/s achieved | applied | lag p50 | lag p99 | lag max | follower CPU "
+            "while written | idle CPU |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for name, g in r["per_gateway"].items():
+            busy = g.get("busy_cpu_percent_of_core")
+            detail.append(
+                f"| `{name}` | {g['achieved_rate_per_s']:.1f} | {g['applied']}/{g['committed']} | "
+                f"{g['lag_p50_s']:.2f} s | {g['lag_p99_s']:.2f} s | {g['lag_max_s']:.2f} s | "
+                f"{'—' if busy is None else f'{busy:.1f} %'} | "
+                f"{g['idle_cpu_percent_of_core']:.2f} % |"
+            )
+        detail.append("")
+    return rows, detail
+
+
 def fleet_figures(runs: list[dict]) -> tuple[list[Row], list[str]]:
     """``bench/fleet_view.py``: per run, the worst page of each group against the goal."""
     rows: list[Row] = []
@@ -498,6 +570,24 @@ LIMITS = {
         "20 ms of polling. The initial import is bounded by Django row preparation per batch "
         "(one transaction per batch, so a kill loses nothing)."
     ),
+    "mirror_fleet": (
+        "Every gateway's writer is a reference `SessionStorage` process committing a message and "
+        "a receipt per write (two durable SQLite commits), and every follower its own Django "
+        "process, all on the machine's 2 cores with PostgreSQL and the other tenants (a load "
+        "of 7–10 before the benchmark starts). At 100 writes/s asked per gateway the machine "
+        "is out of CPU: the writers reach 13–14/s, and the lag then measures waiting for a "
+        "core more than the follower's work. What a follower needs is in the lightest run's "
+        "CPU column: about 1.7 % of a core at 10 writes/s (some 0.85 ms of CPU per row applied: "
+        "the batch read and checked, the ledger's bulk upsert, the mirror's bookkeeping, the "
+        "touched session's fingerprint), so ten gateways at 100/s need about 1.7 cores for "
+        "the followers alone, besides the writers and PostgreSQL. One `run_mirror` process "
+        "(the Procfile's way) runs every follower thread on one interpreter, one core's worth "
+        "of Python at most: it let the writers reach 50/s each but fell 15–26 s behind. For "
+        "many busy gateways, run a follower process per gateway (`import_opensquilla --follow "
+        "--gateway NAME`), on a machine with the cores for them. Idle, a follower costs a "
+        "`stat` of the file and its WAL and one `PRAGMA data_version` per poll (0.5 s), and a "
+        "heartbeat every 10 s."
+    ),
     "reads": (
         "Both reads are one prepared statement over an index (`idx_mdr_coverage`, "
         "`idx_mdr_status_created`); the reference has no status index and scans."
@@ -543,6 +633,7 @@ LIMIT_TITLES = {
     "concurrent": "Concurrent API writers",
     "put": "Single `PUT /api/v1/receipts`",
     "mirror": "Mirror",
+    "mirror_fleet": "Mirror, many gateways",
     "reads": "Coverage lookup and list by status",
     "requeue": "Requeue plans",
     "api": "Receipts API under load",
@@ -579,7 +670,8 @@ REPRODUCE = [
     "`bench/ledger_ops.py`, `bench/workers.py` and `bench/api_load.py` (`make bench` runs the "
     "set through `bench/run_all.py`); their JSON was not kept, so those rows hold the figures "
     "as last published, with the command, date and commit of their run "
-    "(`bench/results/carried.json`). This page renders only write-round, suite-time and carried "
+    "(`bench/results/carried.json`). This page renders only write-round, suite-time, "
+    "mirror-fleet (`bench/mirror_fleet.py`) and carried "
     "results (and `bench/write_profile.py`'s and `bench/fleet_view.py`'s): adopting the JSON "
     "of another benchmark is refused until the report has a renderer for it.",
 ]
@@ -619,7 +711,8 @@ def render(results: dict[str, dict] | None = None) -> str:
     write_rows, write_detail = write_figures(by_kind(results, "write_rounds"))
     suite_rows, suite_detail = suite_figures(by_kind(results, "suite_time"))
     fleet_rows, fleet_detail = fleet_figures(by_kind(results, "fleet_view"))
-    rows = write_rows + suite_rows + fleet_rows + carried_figures(results)
+    mirror_fleet_rows, mirror_fleet_detail = mirror_fleet_figures(by_kind(results, "mirror_fleet"))
+    rows = write_rows + suite_rows + fleet_rows + mirror_fleet_rows + carried_figures(results)
     machine = next(
         (r["machine"] for r in results.values() if r.get("machine")),
         {"cpu": "?", "nproc": "?", "memory_gib": "?", "python": "?"},
@@ -676,6 +769,21 @@ def render(results: dict[str, dict] | None = None) -> str:
         *suite_detail,
         *(
             [
+                "## Mirror, many gateways",
+                "",
+                "`bench/mirror_fleet.py`: each gateway a `sessions.db` written live by the "
+                "reference opensquilla 0.3.0 (`tests/mirror/reference_writer.py load`), all "
+                "followed at once into one PostgreSQL. Lag: a receipt's commit (its writer's "
+                "clock) to its row in our ledger under its gateway, seen by polling every "
+                "20 ms. Idle: each follower's CPU (`/proc/<pid>/stat`) once the writers stop.",
+                "",
+                *mirror_fleet_detail,
+            ]
+            if mirror_fleet_detail
+            else []
+        ),
+        *(
+            [
                 "## Fleet view at scale",
                 "",
                 "`bench/fleet_view.py`: receipts generated by PostgreSQL itself "
@@ -705,7 +813,7 @@ def render(results: dict[str, dict] | None = None) -> str:
 
 # --- adopting results ----------------------------------------------------------------------------
 
-RENDERED_KINDS = ("write_rounds", "suite_time", "write_profile", "fleet_view")
+RENDERED_KINDS = ("write_rounds", "suite_time", "write_profile", "fleet_view", "mirror_fleet")
 
 
 def adopt(path: Path) -> Path:

@@ -11,7 +11,9 @@ the mirror adds what it knows about rows it applied before.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import hashlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -23,7 +25,7 @@ from sessions_app.gateways import current_gateway
 from sessions_app.keys import agent_id_for_session_key, canonicalize_session_key, normalize_agent_id
 from sessions_app.models import Session, TranscriptEntry
 
-from .. import ledger
+from .. import audit, ledger
 from ..ledger import LEDGER_FIELDS
 from ..models import MemoryDurableReceipt, new_receipt_id
 from ..receipt_ids import identifier_columns_problem
@@ -204,9 +206,15 @@ def _entry_values(row: SourceEntry) -> dict[str, Any]:
     }
 
 
-def apply_entries(batch: Sequence[SourceEntry], report: ImportReport) -> set[str]:
+def apply_entries(
+    batch: Sequence[SourceEntry], report: ImportReport, *, via: str = "import"
+) -> set[str]:
     """Create or update each entry, keeping upstream ids (docs/IMPORT.md "Transcript entry
-    ids"); returns the session keys where an id was taken and a new one given."""
+    ids"); returns the session keys where an id was taken and a new one given.
+
+    An entry already here whose source row now says something else (upstream rewrites a
+    streamed answer in place, keeping its id) is updated in place and audited on its session
+    (:func:`record_transcript_edits`), with the session's coverage answered before and after."""
     batch = without_unaddressable(batch, report, report.transcript_entries)
     remapped_sessions: set[str] = set()
     ids = [row.id for row in batch]
@@ -227,6 +235,8 @@ def apply_entries(batch: Sequence[SourceEntry], report: ImportReport) -> set[str
     keep_id: list[TranscriptEntry] = []
     new_id: list[TranscriptEntry] = []
     to_update: list[TranscriptEntry] = []
+    edits: list[EntryEdit] = []
+    edited: set[int] = set()
     for row in batch:
         identity = (row.session_id, _message_id(row))
         values = _entry_values(row)
@@ -241,6 +251,10 @@ def apply_entries(batch: Sequence[SourceEntry], report: ImportReport) -> set[str
             if all(getattr(match, k) == v for k, v in values.items()):
                 report.transcript_entries.unchanged += 1
             else:
+                # Only a row read from our table (not one made earlier in this batch), once.
+                if not match._state.adding and match.pk not in edited:
+                    edited.add(match.pk)
+                    edits.append(EntryEdit(match, {k: getattr(match, k) for k in values}))
                 for name, value in values.items():
                     setattr(match, name, value)
                 to_update.append(match)
@@ -262,8 +276,99 @@ def apply_entries(batch: Sequence[SourceEntry], report: ImportReport) -> set[str
         TranscriptEntry.objects.bulk_create(new_id, batch_size=500)
         report.remapped_entry_ids += len(new_id)
     if to_update:
-        TranscriptEntry.objects.bulk_update(to_update, list(_ENTRY_FIELDS), batch_size=500)
+        with _coverage_reanswered(edits) as answer:
+            TranscriptEntry.objects.bulk_update(to_update, list(_ENTRY_FIELDS), batch_size=500)
+        record_transcript_edits(edits, answer, via=via, source=report.source)
     return remapped_sessions
+
+
+# --- entries edited upstream --------------------------------------------------------------
+
+TRANSCRIPT_EDIT = "transcript_edit"
+
+
+@dataclass
+class EntryEdit:
+    """An entry of ours updated from its source row: the entry (new values set) and the old."""
+
+    entry: TranscriptEntry
+    old: dict[str, Any]
+
+
+@dataclass
+class CoverageAnswer:
+    """Per edited session generation: the saved checkpoint covering it before and after."""
+
+    before: dict[str, str | None] = field(default_factory=dict)
+    after: dict[str, str | None] = field(default_factory=dict)
+
+
+def _sha256(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else repr(value)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@contextmanager
+def _coverage_reanswered(edits: Sequence[EntryEdit]) -> Iterator[CoverageAnswer]:
+    """Answer the coverage of each edited session before the block writes and after it: a
+    checkpoint hashed over the old text no longer covers the new (selectors'
+    ``current_checkpoint_coverage``, the one coverage rule)."""
+    from ..selectors import current_checkpoint_coverage
+
+    answer = CoverageAnswer()
+    session_ids = {e.entry.session_id for e in edits}
+    sessions = list(Session.objects.here().filter(session_id__in=session_ids)) if edits else []
+    for session in sessions:
+        covering, _ = current_checkpoint_coverage(session)
+        answer.before[session.session_id] = covering.receipt_id if covering else None
+    yield answer
+    for session in sessions:
+        covering, _ = current_checkpoint_coverage(session)
+        answer.after[session.session_id] = covering.receipt_id if covering else None
+
+
+def record_transcript_edits(
+    edits: Sequence[EntryEdit], answer: CoverageAnswer, *, via: str, source: str
+) -> None:
+    """One ``transcript_edit`` event per updated entry, on its session (no receipt): which
+    entry, which fields, the old and new content's sha256 (never the text), and the coverage
+    before and after."""
+    events = []
+    for edit in edits:
+        entry = edit.entry
+        changed = [name for name, old in edit.old.items() if getattr(entry, name) != old]
+        before = answer.before.get(entry.session_id)
+        after = answer.after.get(entry.session_id)
+        if before and before != after:
+            coverage = f"; checkpoint {before} no longer covers the session"
+        elif after and after != before:
+            coverage = f"; checkpoint {after} now covers the session"
+        else:
+            coverage = ""
+        events.append(
+            audit.build_event(
+                receipt_id="",
+                session_key=entry.session_key,
+                action=TRANSCRIPT_EDIT,
+                reason=f"message {entry.message_id} (entry {entry.id}) changed upstream" + coverage,
+                details={
+                    "via": via,
+                    "source": source,
+                    "gateway": entry.gateway_id,
+                    "session_id": entry.session_id,
+                    "entry_id": entry.id,
+                    "message_id": entry.message_id,
+                    "fields": changed,
+                    "old_content_sha256": _sha256(edit.old.get("content")),
+                    "new_content_sha256": _sha256(entry.content),
+                    "covered_before": before,
+                    "covered_after": after,
+                },
+            )
+        )
+    audit.record_events(events)
 
 
 _ENTRY_INSERT_FIELDS = tuple(f for f in TranscriptEntry._meta.concrete_fields)

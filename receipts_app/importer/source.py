@@ -7,9 +7,11 @@ JSON) stops the import with the row named, before anything is committed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,6 +92,10 @@ class SourceEntry:
     reasoning_content: str | None
     token_count: int | None
     created_at: int
+    # The row's parts of its session's fingerprint, as read (0 when built by hand): the
+    # mirror sums what it applied per session and compares it with the file's fingerprint.
+    digest: int = 0
+    native: int = 0
 
     @property
     def rowid(self) -> int:
@@ -104,6 +110,96 @@ class SourceReceipt:
     @property
     def receipt_id(self) -> str:
         return self.values["receipt_id"]
+
+
+# --- transcript fingerprints (docs/MIRROR.md "Messages edited in place") -------------------
+# Upstream (after 0.5.3) rewrites a transcript row in place, keeping its id. A session's
+# fingerprint has two parts, both summed over its rows so that what the mirror applied can be
+# added to what it stored:
+# - ``native``: a weighted sum of each row's id and column lengths, computed by SQLite's own
+#   functions (a scan at SQLite's speed, ~1 ms per few thousand rows): a changed row count, a
+#   deleted row, or an edit that changes any column's length moves it;
+# - ``digest``: the XOR of a 63-bit BLAKE2b digest of each row's raw values, computed inside
+#   SQLite by an aggregate registered on the connection (a Python call per row, ~10 µs): any
+#   edit moves it. The mirror asks for it less often (``sync.STRONG_CHECK_MS``).
+DIGEST_COLUMNS = (
+    "id",
+    "session_key",
+    "message_id",
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "reasoning_content",
+    "token_count",
+    "created_at",
+)
+# (column, weight) of the native part; id is added as is.
+_NATIVE_WEIGHTS = (
+    ("session_key", 3),
+    ("message_id", 5),
+    ("role", 11),
+    ("content", 131),
+    ("tool_calls", 17),
+    ("tool_call_id", 19),
+    ("reasoning_content", 23),
+    ("token_count", 29),
+)
+NATIVE = "_native"
+_DIGEST_MASK = (1 << 63) - 1
+
+
+def entry_digest(*values: Any) -> int:
+    """A row's digest over its raw values in ``DIGEST_COLUMNS`` order (types included)."""
+    raw = repr(values).encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "big") & _DIGEST_MASK
+
+
+def native_expression(present: set[str]) -> str:
+    """The SQL of one row's native part (columns the file lacks count as empty)."""
+    terms = ["id"] + [
+        f"COALESCE(LENGTH({column}), 0) * {weight}"
+        for column, weight in _NATIVE_WEIGHTS
+        if column in present
+    ]
+    # Lengths weighted by the row's position too, so text moved between rows shows.
+    if "content" in present:
+        terms.append("COALESCE(LENGTH(content), 0) * (id % 65521)")
+    return " + ".join(terms)
+
+
+class _TranscriptFingerprint:
+    """SQLite aggregate: the XOR of the rows' ``entry_digest``."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def step(self, *values: Any) -> None:
+        self.value ^= entry_digest(*values)
+
+    def finalize(self) -> int:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """A session's transcript up to an id: row count, native sum, XOR of digests."""
+
+    count: int = 0
+    native: int = 0
+    digest: int = 0
+
+    def plus(self, other: Fingerprint) -> Fingerprint:
+        return Fingerprint(
+            self.count + other.count, self.native + other.native, self.digest ^ other.digest
+        )
+
+    @classmethod
+    def of(cls, entries: Any) -> Fingerprint:
+        out = cls()
+        for entry in entries:
+            out = out.plus(cls(1, entry.native, entry.digest))
+        return out
 
 
 # --- value checks -------------------------------------------------------------------------
@@ -167,6 +263,9 @@ class SourceDatabase:
 
     def __init__(self, path: Path, *, busy_timeout: float = 5.0) -> None:
         self.path = path
+        # Rows and queries read, by kind: what a test or a bench counts.
+        self.reads: Counter[str] = Counter()
+        self._fingerprint_ready = False
         self.conn = _connect(path, busy_timeout)
         try:
             self.columns = _check_schema(self.conn, path)
@@ -209,6 +308,10 @@ class SourceDatabase:
         select = ", ".join(c if c in present else f"NULL AS {c}" for c in wanted if c != ROWID) + (
             f", rowid AS {ROWID}" if self._has_rowid(table) else f", NULL AS {ROWID}"
         )
+        if table == "transcript_entries":
+            # Each row's native fingerprint part, by SQLite itself (see native_expression).
+            select += f", {native_expression(present)} AS {NATIVE}"
+            wanted = (*wanted, NATIVE)
         condition = f" WHERE {where}" if where else ""
         cursor = self._run(
             f"SELECT {select} FROM {table}{condition} ORDER BY {order_by}",  # noqa: S608
@@ -231,6 +334,53 @@ class SourceDatabase:
         for batch in self._select("transcript_entries", "id"):
             yield [_entry(row) for row in batch]
 
+    def entries_of_session(self, session_id: str, through_id: int) -> Iterator[list[SourceEntry]]:
+        """One session's entries up to ``through_id``: the mirror's re-read of an edited one."""
+        where = "session_id = ? AND id <= ?"
+        for batch in self._select("transcript_entries", "id", where, (session_id, through_id)):
+            self.reads["entries_reread"] += len(batch)
+            yield [_entry(row) for row in batch]
+
+    def fingerprints(
+        self, session_ids: Iterable[str], through_id: int, *, strong: bool = False
+    ) -> dict[str, Fingerprint]:
+        """Each session's :class:`Fingerprint` over its entries with ``id <= through_id``,
+        computed inside SQLite (one aggregate query per ``CHUNK`` sessions, served by
+        upstream's index on ``session_id``); ``digest`` only when ``strong`` (0 otherwise).
+        A session without entries is absent."""
+        present = self.columns["transcript_entries"]
+        native = native_expression(present)
+        if strong:
+            if not self._fingerprint_ready:
+                self.conn.create_aggregate(
+                    "osq_transcript_fp", len(DIGEST_COLUMNS), _TranscriptFingerprint
+                )
+                self._fingerprint_ready = True
+            # Column names come from the constant above, never from the file.
+            args = ", ".join(c if c in present else "NULL" for c in DIGEST_COLUMNS)
+            digest = f"osq_transcript_fp({args})"
+        else:
+            digest = "0"
+        ids = list(dict.fromkeys(session_ids))
+        out: dict[str, Fingerprint] = {}
+        for start in range(0, len(ids), CHUNK):
+            chunk = ids[start : start + CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            cursor = self._run(
+                f"SELECT session_id, COUNT(*), SUM({native}), {digest} "  # noqa: S608
+                f"FROM transcript_entries WHERE session_id IN ({marks}) AND id <= ? "
+                "GROUP BY session_id",
+                (*chunk, through_id),
+            )
+            try:
+                found = cursor.fetchall()
+            except sqlite3.DatabaseError as exc:
+                raise ImportSourceError(f"{self.path} cannot be read: {exc}") from exc
+            self.reads["strong_fingerprint_queries" if strong else "fingerprint_queries"] += 1
+            for session_id, count, total, xor in found:
+                out[str(session_id)] = Fingerprint(int(count), int(total or 0), int(xor or 0))
+        return out
+
     def receipts(self) -> Iterator[list[SourceReceipt]]:
         # rowid is upstream's insertion-order tie-break (docs/UPSTREAM.md#reads-and-orderings).
         order = "created_at, rowid" if self._has_rowid() else "created_at, receipt_id"
@@ -251,6 +401,7 @@ class SourceDatabase:
     def entries_after(self, entry_id: int) -> Iterator[list[SourceEntry]]:
         # AUTOINCREMENT ids: a later commit always has a larger id.
         for batch in self._select("transcript_entries", "id", "id > ?", (entry_id,)):
+            self.reads["entries"] += len(batch)
             yield [_entry(row) for row in batch]
 
     def receipts_after(self, updated_at: int, key: str) -> Iterator[list[SourceReceipt]]:
@@ -271,6 +422,10 @@ class SourceDatabase:
 
     def max_entry_id(self) -> int:
         return int(self._run("SELECT COALESCE(MAX(id), 0) FROM transcript_entries").fetchone()[0])
+
+    def schema_cookie(self) -> int:
+        """SQLite's schema cookie: it moves whenever a migration changes the file's schema."""
+        return int(self._run("PRAGMA schema_version").fetchone()[0])
 
     def data_version(self) -> int:
         """SQLite's per-connection change counter: it moves when another connection commits."""
@@ -397,6 +552,8 @@ def _entry(row: dict[str, Any]) -> SourceEntry:
         reasoning_content=_text(row["reasoning_content"], f"{what}: reasoning_content"),
         token_count=_int(row["token_count"], f"{what}: token_count"),
         created_at=_int(row["created_at"], f"{what}: created_at", required=True),
+        digest=entry_digest(*(row[c] for c in DIGEST_COLUMNS)),
+        native=int(row.get(NATIVE) or 0),
     )
 
 

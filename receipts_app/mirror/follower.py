@@ -29,7 +29,8 @@ from ..importer.rows import FileFacts
 from ..importer.service import check_gateway_name, record_gateway_seen
 from ..importer.source import SourceDatabase
 from ..importer.targets import file_targets
-from .models import MirrorSource
+from . import sync
+from .models import MirroredTranscript, MirrorSource
 from .reconcile import reconcile
 from .state import HEARTBEAT_MS
 from .sync import (
@@ -97,8 +98,11 @@ class Follower:
         self._last_reconcile = 0
         self._counts: tuple[int, int] | None = None
         self._workspace_missing = False
+        self._schema_cookie: int | None = None
         self._recent_sessions = RecentlyApplied()
         self._recent_receipts = RecentlyApplied()
+        self._strong_checked: dict[str, int] = {}
+        self._strong_pending: dict[str, int] = {}
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -134,13 +138,15 @@ class Follower:
             if self._opened is not db:
                 self._on_open()
                 self._opened = db
+            if changed:
+                self._note_schema(db)
             self._check_workspace()
             src = MirrorSource.objects.get(pk=self.source_id)
             counts = (
                 (db.count("sessions"), db.count("memory_durable_receipts")) if changed else None
             )
             due = self._reconcile_due(src, counts)
-            if not changed and not due and src.initial_sync_done:
+            if not changed and not due and src.initial_sync_done and not self._digest_due():
                 self._heartbeat_if_due()
                 return "idle"
             result = self._sync(src, db)
@@ -197,6 +203,7 @@ class Follower:
         db = self.watch.db
         assert db is not None
         record_gateway_seen(self.gateway, db)
+        self._schema_cookie = db.schema_cookie()
         with transaction.atomic():
             src = lock_source(self.source_id, self.owner, self.lease_ms)
             fields = ["lease_owner", "lease_until"]
@@ -215,11 +222,28 @@ class Follower:
                 fields += [*_CURSOR_FIELDS, "initial_sync_done"]
                 self._recent_sessions = RecentlyApplied()
                 self._recent_receipts = RecentlyApplied()
+                # Fingerprints of the old file: the first pass stores the new file's.
+                MirroredTranscript.objects.filter(source_id=self.source_id).delete()
+                self._strong_checked = {}
+                self._strong_pending = {}
             if src.identity != identity:
                 src.identity = identity
                 fields.append("identity")
             src.save(update_fields=fields)
         self._counts = None
+
+    def _digest_due(self) -> bool:
+        """A touched session's digest comparison was put off and is due now (sync.py)."""
+        now = now_ms()
+        return any(now - at >= sync.STRONG_CHECK_MS for at in self._strong_pending.values())
+
+    def _note_schema(self, db: SourceDatabase) -> None:
+        """A gateway upgraded under a running follower migrates the file in place: SQLite's
+        schema cookie moves, and the gateway's recorded schema version is read again."""
+        cookie = db.schema_cookie()
+        if cookie != self._schema_cookie:
+            record_gateway_seen(self.gateway, db)
+            self._schema_cookie = cookie
 
     def _check_workspace(self) -> None:
         workspace = self.targets.workspace
@@ -266,6 +290,8 @@ class Follower:
             totals=totals,
             recent_sessions=self._recent_sessions,
             recent_receipts=self._recent_receipts,
+            strong_checked=self._strong_checked,
+            strong_pending=self._strong_pending,
         ).run()
         return result
 

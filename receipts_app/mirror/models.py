@@ -112,3 +112,31 @@ class MirroredReceipt(models.Model):
 
     def __str__(self) -> str:
         return self.idempotency_key
+
+
+class MirroredTranscript(models.Model):
+    """One session generation's transcript as the mirror holds it from the source, up to an
+    entry id: the row count, the native sum and the XOR of the rows' digests
+    (``importer.source.Fingerprint``).
+
+    Upstream rewrites rows in place (after 0.5.3); a touched session whose fingerprint in the
+    file no longer equals this one plus what the mirror applied since has an edited (or
+    deleted) row, and only that session's entries are read again (docs/MIRROR.md).
+    """
+
+    source = models.ForeignKey(MirrorSource, on_delete=models.CASCADE, related_name="transcripts")
+    session_id = models.CharField(max_length=64)
+    through_id = models.BigIntegerField(default=0)
+    entry_count = models.IntegerField(default=0)
+    native = models.BigIntegerField(default=0)
+    digest = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source", "session_id"], name="mirror_transcript_source_session"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.session_id

@@ -27,3 +27,6 @@ class MirrorStateOut(Schema):
     receipts_gone: int
     follower: str
     gateway: str = "local"  # the gateway the source's rows belong to
+    # What the gateway's file was at when last read: "25 (V040__document_resources)".
+    schema_version: str = ""
+    opensquilla_version: str = ""

@@ -86,7 +86,8 @@ def mirror_states() -> list[dict[str, Any]]:
     larger of it and ``behind_ms``: what /metrics and alerts read), ``checked_at`` (the
     follower's last look at its source, = heartbeat), ``error``, ``error_code``, ``error_since``,
     ``warning``, ``rows_applied``, ``sessions_gone``, ``receipts_gone``, ``follower`` (lease
-    holder), ``gateway`` (the name its rows belong to). Times are epoch ms, None when unknown.
+    holder), ``gateway`` (the name its rows belong to), ``schema_version`` and
+    ``opensquilla_version`` (what the gateway's file was at when last read). Times are epoch ms, None when unknown.
     One query.
     """
     now = now_ms()
@@ -97,10 +98,12 @@ def mirror_states() -> list[dict[str, Any]]:
         else MirrorSource.objects.filter(gateway_id=scope)
     )
     sources = list(
-        followed.annotate(
+        followed.select_related("gateway")
+        .annotate(
             n_sessions_gone=_gone_count(MirroredSession),
             n_receipts_gone=_gone_count(MirroredReceipt),
-        ).order_by("gateway_id", "path")
+        )
+        .order_by("gateway_id", "path")
     )
     states = [
         {
@@ -127,6 +130,9 @@ def mirror_states() -> list[dict[str, Any]]:
             "receipts_gone": getattr(src, "n_receipts_gone", 0) or 0,
             "follower": src.lease_owner,
             "gateway": src.gateway_id,
+            # What the gateway's file was at when last read (importer/schema.py's label).
+            "schema_version": src.gateway.schema_version,
+            "opensquilla_version": src.gateway.opensquilla_version,
         }
         for src in sources
     ]
@@ -169,4 +175,6 @@ def _never_started(configured: ConfiguredSource, path: str) -> dict[str, Any]:
         "sessions_gone": 0,
         "receipts_gone": 0,
         "follower": "",
+        "schema_version": "",
+        "opensquilla_version": "",
     }

@@ -30,13 +30,16 @@ from .. import audit
 from ..importer import ImportReport, rows
 from ..importer.files import copy_planned, plan_copies, plan_named_copies
 from ..importer.rows import FileFacts, ReceiptChange
-from ..importer.source import SourceDatabase
+from ..importer.source import CHUNK, Fingerprint, SourceDatabase
 from ..models import MemoryDurableReceipt
-from .models import MirroredReceipt, MirroredSession, MirrorSource
+from .models import MirroredReceipt, MirroredSession, MirroredTranscript, MirrorSource
 
 log = logging.getLogger("receipts_app.mirror")
 
 OVERLAP_MS = 5_000
+# How often a touched session's transcript digest (every row hashed, inside SQLite) is
+# compared; the cheap native part is compared on every pass (docs/MIRROR.md).
+STRONG_CHECK_MS = 10_000
 MIRROR_ACTOR = audit.Actor("opensquilla-mirror", "system")
 
 
@@ -99,6 +102,7 @@ class PassResult:
     applied: int = 0  # rows created or updated here
     newest_source_ms: int | None = None  # newest upstream stamp among applied rows
     status_changes: int = 0
+    edited_sessions: int = 0  # sessions whose entries were read again (an edit upstream)
     names: list[str] = field(default_factory=list)
 
 
@@ -148,7 +152,14 @@ class SyncPass:
         totals: dict[str, int] | None = None,
         recent_sessions: RecentlyApplied | None = None,
         recent_receipts: RecentlyApplied | None = None,
+        strong_checked: dict[str, int] | None = None,
+        strong_pending: dict[str, int] | None = None,
     ) -> None:
+        # Kept by the follower across passes: session_id -> when its digest was last
+        # compared; and the sessions whose comparison was put off (not due yet), with the
+        # time of their last one, compared once due whether touched again or not.
+        self.strong_checked = strong_checked if strong_checked is not None else {}
+        self.strong_pending = strong_pending if strong_pending is not None else {}
         self.recent_sessions = recent_sessions or RecentlyApplied()
         self.recent_receipts = recent_receipts or RecentlyApplied()
         self.source_id = source_id
@@ -159,11 +170,16 @@ class SyncPass:
         self.progress = progress
         self.totals = totals or {}
         self.result = PassResult(report=ImportReport(source=str(db.path)))
+        # Session generations (session_id) touched in this pass, and per generation the
+        # fingerprint of the entries this pass applied (docs/MIRROR.md "Edited messages").
+        self.touched: set[str] = set()
+        self.applied_entries: dict[str, Fingerprint] = {}
 
     def run(self) -> PassResult:
         start = MirrorSource.objects.get(pk=self.source_id)
         self._sessions(start)
-        self._entries(start)
+        through = self._entries(start)
+        self._edits(through)
         self._receipts(start)
         return self.result
 
@@ -217,12 +233,16 @@ class SyncPass:
 
                 position = self._apply(fields, position, (last.updated_at, last.session_key), apply)
                 self.recent_sessions.remember([(r.session_key, r.updated_at) for r in batch])
+                # A touched session: upstream bumps updated_at on every transcript write,
+                # the in-place rewrite of a row included (docs/MIRROR.md).
+                self.touched.update(r.session_id for r in batch)
             self._tick("sessions", done)
         self.recent_sessions.prune(position[0])
 
     # --- transcript entries ---------------------------------------------------------------
 
-    def _entries(self, start: MirrorSource) -> None:
+    def _entries(self, start: MirrorSource) -> int:
+        """Apply every entry after the cursor; returns the cursor after them."""
         fields = ("entries_id",)
         position: tuple[Any, ...] = (start.entries_id,)
         done = 0
@@ -232,7 +252,7 @@ class SyncPass:
             def apply(src: MirrorSource, batch: list[Any] = batch) -> None:
                 report = self.result.report
                 before = report.transcript_entries.created + report.transcript_entries.updated
-                rows.warn_remapped(report, rows.apply_entries(batch, report))
+                rows.warn_remapped(report, rows.apply_entries(batch, report, via="mirror"))
                 after = report.transcript_entries.created + report.transcript_entries.updated
                 self.result.applied += after - before
                 if after > before:
@@ -242,8 +262,97 @@ class SyncPass:
                     self._newest(max(row.created_at for row in batch))
 
             position = self._apply(fields, position, (last_id,), apply)
+            for entry in batch:
+                self.applied_entries[entry.session_id] = self.applied_entries.get(
+                    entry.session_id, Fingerprint()
+                ).plus(Fingerprint(1, entry.native, entry.digest))
+            self.touched.update(self.applied_entries)
             done += len(batch)
             self._tick("transcript entries", done)
+        return int(position[0])
+
+    # --- entries edited in place upstream -------------------------------------------------
+
+    def _edits(self, through: int) -> None:
+        """For each touched session, compare the file's fingerprint of its entries up to
+        ``through`` (computed inside SQLite) with the stored one plus what this pass applied;
+        read again, and apply, only the entries of a session where they differ.
+
+        The native part is asked every pass; the digest (any edit, a Python call per row)
+        at most every ``STRONG_CHECK_MS`` per session, and never for a session this pass read
+        in full (no stored fingerprint: it holds exactly what was just read)."""
+        now = now_ms()
+        # Sessions whose digest comparison was put off come back once it is due, touched or not.
+        due = {sid for sid, at in self.strong_pending.items() if now - at >= STRONG_CHECK_MS}
+        touched = sorted(self.touched | due)
+        for start in range(0, len(touched), CHUNK):
+            chunk = touched[start : start + CHUNK]
+            stored = {
+                t.session_id: Fingerprint(t.entry_count, t.native, t.digest)
+                for t in MirroredTranscript.objects.filter(
+                    source_id=self.source_id, session_id__in=chunk
+                )
+            }
+            actual = self.db.fingerprints(chunk, through)
+            expected: dict[str, Fingerprint] = {}
+            strong: list[str] = []
+            for session_id in chunk:
+                held = stored.get(session_id, Fingerprint()).plus(
+                    self.applied_entries.get(session_id, Fingerprint())
+                )
+                found = actual.get(session_id, Fingerprint())
+                if (found.count, found.native) != (held.count, held.native):
+                    self._reread(session_id, through)
+                    continue
+                expected[session_id] = held
+                last = self.strong_checked.get(session_id, 0)
+                if session_id not in stored:
+                    self.strong_checked[session_id] = now
+                elif now - last >= STRONG_CHECK_MS:
+                    strong.append(session_id)
+                else:
+                    self.strong_pending.setdefault(session_id, last)
+            if strong:
+                digests = self.db.fingerprints(strong, through, strong=True)
+                for session_id in strong:
+                    self.strong_checked[session_id] = now
+                    self.strong_pending.pop(session_id, None)
+                    if digests.get(session_id, Fingerprint()) != expected[session_id]:
+                        self._reread(session_id, through)
+                        del expected[session_id]
+            # Only what moved is written: a session touched without a new entry keeps its row.
+            moved = {sid: fp for sid, fp in expected.items() if stored.get(sid) != fp}
+            if moved:
+
+                def keep(src: MirrorSource, held: dict[str, Fingerprint] = moved) -> None:
+                    _store_fingerprints(src, through, held)
+
+                self._apply(("entries_id",), (through,), (through,), keep)
+        # A session not in the map is due: forgetting the old stamps changes nothing.
+        horizon = now_ms() - STRONG_CHECK_MS
+        for session_id in [k for k, v in self.strong_checked.items() if v < horizon]:
+            del self.strong_checked[session_id]
+
+    def _reread(self, session_id: str, through: int) -> None:
+        def apply(src: MirrorSource) -> None:
+            report = self.result.report
+            before = report.transcript_entries.created + report.transcript_entries.updated
+            seen = Fingerprint()
+            for batch in self.db.entries_of_session(session_id, through):
+                rows.warn_remapped(report, rows.apply_entries(batch, report, via="mirror"))
+                seen = seen.plus(Fingerprint.of(batch))
+            after = report.transcript_entries.created + report.transcript_entries.updated
+            self.result.applied += after - before
+            self.result.edited_sessions += 1
+            if after > before:
+                rows.reset_entry_sequence()
+            # What was just read, not a second look at the file: an edit committed meanwhile
+            # is found by the next pass.
+            _store_fingerprints(src, through, {session_id: seen})
+
+        self._apply(("entries_id",), (through,), (through,), apply)
+        self.strong_checked[session_id] = now_ms()
+        self.strong_pending.pop(session_id, None)
 
     # --- receipts -------------------------------------------------------------------------
 
@@ -388,6 +497,26 @@ def _mirror_rule(
         return "updated"
 
     return decide
+
+
+def _store_fingerprints(src: MirrorSource, through: int, found: dict[str, Fingerprint]) -> None:
+    MirroredTranscript.objects.bulk_create(
+        [
+            MirroredTranscript(
+                source=src,
+                session_id=session_id,
+                through_id=through,
+                entry_count=fp.count,
+                native=fp.native,
+                digest=fp.digest,
+            )
+            for session_id, fp in found.items()
+        ],
+        update_conflicts=True,
+        unique_fields=["source", "session_id"],
+        update_fields=["through_id", "entry_count", "native", "digest"],
+        batch_size=500,
+    )
 
 
 def _mark_alive(model: Any, src: MirrorSource, key_field: str, keys: Sequence[str]) -> None:

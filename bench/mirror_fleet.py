@@ -1,0 +1,387 @@
+"""Many gateways followed into one PostgreSQL: lag and idle cost per gateway (issue 19).
+
+For each of ``--gateways`` gateways, a ``sessions.db`` whose schema the reference created is
+written at ``--rate`` receipt writes per second (each with one message before it) by the
+reference ``SessionStorage`` (opensquilla 0.3.0, ``var/bench/ref-venv``,
+``tests/mirror/reference_writer.py load --trace``), all at once, while the mirror follows
+every one of them into one PostgreSQL database (``--database-url``, by default
+``osq_h5_bench``, dropped and migrated first):
+
+- ``--mode processes`` (default): one ``import_opensquilla --follow --gateway gN`` process per
+  gateway, so each gateway's CPU is its own process's;
+- ``--mode threads``: one ``run_mirror`` process with ``OPENSQUILLA_SOURCES`` (the Procfile's
+  way), one follower thread per gateway; the idle CPU per gateway is the process's divided by
+  the number of gateways.
+
+Figures, per gateway and over all of them:
+
+1. Lag: each receipt's commit time (printed by its writer) to when it appears in our ledger
+   under its gateway (this process polls PostgreSQL every 20 ms, so each figure includes up
+   to 20 ms of polling): p50, p99, max; the writer's achieved rate.
+   Beside it, each follower's CPU over the writing phase, as a share of one core.
+2. Idle cost: CPU time of each follower (``/proc/<pid>/stat``) over ``--idle-seconds`` once
+   every writer has stopped, as a share of one core.
+
+The 1-minute load average is sampled every second through both phases: the machine is
+shared, so the figures are noisy and the result says how busy it was.
+
+    .venv/bin/python bench/mirror_fleet.py [--gateways 10] [--rate 100] [--seconds 30]
+        [--idle-seconds 30] [--mode processes|threads] [--name mirror_fleet]
+
+Writes ``var/bench/<name>.json`` (``kind: mirror_fleet``); ``bench/report.py --adopt`` puts
+it on docs/PERFORMANCE.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from workload import machine_info, write_result  # noqa: E402
+
+OUT = ROOT / "var" / "bench" / "mirror_fleet"
+REF_PYTHON = ROOT / "var" / "bench" / "ref-venv" / "bin" / "python"
+WRITER = ROOT / "tests" / "mirror" / "reference_writer.py"
+PYTHON = ROOT / ".venv" / "bin" / "python"
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/osq_h5_bench"
+LAG_GOAL_S = 2.0
+IDLE_GOAL_PERCENT = 1.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class LoadSampler:
+    """The 1-minute load average, once a second, per phase."""
+
+    def __init__(self) -> None:
+        self.samples: dict[str, list[float]] = {}
+        self.phase = "setup"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            self.samples.setdefault(self.phase, []).append(round(os.getloadavg()[0], 2))
+
+    def stop(self) -> dict[str, dict[str, float]]:
+        self._stop.set()
+        self._thread.join()
+        return {
+            phase: {"min": min(v), "max": max(v), "mean": round(sum(v) / len(v), 2)}
+            for phase, v in self.samples.items()
+            if v
+        }
+
+
+def reset_database(url: str) -> None:
+    import psycopg
+
+    name = url.rsplit("/", 1)[1]
+    admin = url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def fresh_source(path: Path) -> None:
+    """An empty sessions.db whose schema the reference itself created."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(  # noqa: S603 - fixed argv
+        [str(REF_PYTHON), str(WRITER), str(path), "load", "--count", "1"],
+        check=True,
+        capture_output=True,
+    )
+
+
+def start_followers(
+    mode: str, sources: dict[str, Path], env: dict[str, str]
+) -> dict[str, subprocess.Popen[bytes]]:
+    """gateway -> its follower process (in thread mode every gateway names the one process)."""
+    if mode == "threads":
+        entries = " ".join(f"{name}={path}" for name, path in sources.items())
+        process = subprocess.Popen(  # noqa: S603 - fixed argv
+            [str(PYTHON), str(ROOT / "manage.py"), "run_mirror"],
+            cwd=ROOT,
+            env={**env, "OPENSQUILLA_SOURCES": entries},
+            stdout=(OUT / "run_mirror.log").open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        return dict.fromkeys(sources, process)
+    return {
+        name: subprocess.Popen(  # noqa: S603 - fixed argv
+            [
+                str(PYTHON),
+                str(ROOT / "manage.py"),
+                "import_opensquilla",
+                str(path),
+                "--follow",
+                "--gateway",
+                name,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=(OUT / f"follower-{name}.log").open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        for name, path in sources.items()
+    }
+
+
+def stop_all(processes: list[subprocess.Popen[Any]]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def wait_initial(gateways: list[str], timeout: float) -> float:
+    from receipts_app.mirror.models import MirrorSource
+
+    start = time.perf_counter()
+    while time.perf_counter() - start < timeout:
+        done = MirrorSource.objects.filter(gateway_id__in=gateways, initial_sync_done=True)
+        if done.count() == len(gateways):
+            return time.perf_counter() - start
+        time.sleep(0.2)
+    raise SystemExit("the followers did not finish their initial pass in time")
+
+
+def measure_lag(
+    sources: dict[str, Path], rate: float, seconds: float
+) -> tuple[dict[str, dict[str, Any]], float]:
+    from receipts_app.models import MemoryDurableReceipt
+
+    count = int(rate * seconds)
+    committed: dict[str, dict[str, int]] = {g: {} for g in sources}
+    lock = threading.Lock()
+    writers = {
+        name: subprocess.Popen(  # noqa: S603 - fixed argv
+            [
+                str(REF_PYTHON),
+                str(WRITER),
+                str(path),
+                "load",
+                "--count",
+                str(count),
+                "--rate",
+                str(rate),
+                "--trace",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for name, path in sources.items()
+    }
+
+    def read(name: str, writer: subprocess.Popen[str]) -> None:
+        assert writer.stdout is not None
+        for line in writer.stdout:
+            record = json.loads(line)
+            if "key" in record:
+                with lock:
+                    committed[name][record["key"]] = record["committed_ms"]
+
+    readers = [
+        threading.Thread(target=read, args=(name, w), daemon=True) for name, w in writers.items()
+    ]
+    for reader in readers:
+        reader.start()
+    seen: dict[str, dict[str, int]] = {g: {} for g in sources}
+    started = time.perf_counter()
+    total = count * len(sources)
+    writers_done_at: float | None = None
+
+    def waiting() -> bool:
+        # Until every committed receipt is seen, or 120 s after the last writer finished (a
+        # starved machine may run the writers well past --seconds).
+        nonlocal writers_done_at
+        if sum(map(len, seen.values())) >= total:
+            return False
+        if writers_done_at is None:
+            if all(w.poll() is not None for w in writers.values()):
+                writers_done_at = time.perf_counter()
+            return True
+        return time.perf_counter() - writers_done_at < 120
+
+    while waiting():
+        for name in sources:
+            with lock:
+                pending = [k for k in committed[name] if k not in seen[name]]
+            for at in range(0, len(pending), 500):
+                chunk = pending[at : at + 500]
+                found = MemoryDurableReceipt.objects.filter(
+                    gateway_id=name, idempotency_key__in=chunk
+                ).values_list("idempotency_key", flat=True)
+                stamp = int(time.time() * 1000)
+                for key in found:
+                    seen[name][key] = stamp
+        time.sleep(0.02)
+    for writer in writers.values():
+        writer.wait(timeout=120)
+    for reader in readers:
+        reader.join(timeout=10)
+    writing_s = (writers_done_at or time.perf_counter()) - started
+    out: dict[str, dict[str, Any]] = {}
+    for name in sources:
+        stamps = committed[name]
+        lags = [(seen[name][k] - stamps[k]) / 1000 for k in seen[name]]
+        span = (max(stamps.values()) - min(stamps.values())) / 1000 if stamps else 0
+        out[name] = {
+            "writes": count,
+            "committed": len(stamps),
+            "applied": len(seen[name]),
+            "achieved_rate_per_s": round(len(stamps) / max(span, 0.001), 1),
+            "lag_p50_s": round(percentile(lags, 50), 3) if lags else None,
+            "lag_p99_s": round(percentile(lags, 99), 3) if lags else None,
+            "lag_max_s": round(max(lags), 3) if lags else None,
+        }
+        out[name]["_lags"] = lags
+    return out, writing_s
+
+
+def measure_idle(followers: dict[str, subprocess.Popen[bytes]], seconds: float) -> dict[str, float]:
+    time.sleep(3)  # let the last passes finish
+    pids = {p.pid for p in followers.values()}
+    before = {pid: cpu_seconds(pid) for pid in pids}
+    time.sleep(seconds)
+    used = {pid: cpu_seconds(pid) - before[pid] for pid in pids}
+    sharing = {pid: sum(1 for p in followers.values() if p.pid == pid) for pid in pids}
+    return {
+        name: round(100 * used[p.pid] / sharing[p.pid] / seconds, 2)
+        for name, p in followers.items()
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gateways", type=int, default=10)
+    parser.add_argument("--rate", type=float, default=100)
+    parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--idle-seconds", type=float, default=30)
+    parser.add_argument("--mode", choices=("processes", "threads"), default="processes")
+    parser.add_argument("--database-url", default=DEFAULT_URL)
+    parser.add_argument("--name", default="mirror_fleet")
+    args = parser.parse_args()
+    if not REF_PYTHON.exists():
+        subprocess.run(["bash", str(ROOT / "bench" / "reference_venv.sh")], check=True)  # noqa: S607
+    if not args.database_url.startswith("postgres"):
+        raise SystemExit("--database-url must name a PostgreSQL database (it is dropped first)")
+    argv = " ".join(sys.argv[1:])
+    shutil.rmtree(OUT, ignore_errors=True)
+    OUT.mkdir(parents=True)
+    loads = LoadSampler()
+    reset_database(args.database_url)
+    env = dict(
+        os.environ,
+        DATABASE_URL=args.database_url,
+        OPENSQUILLA_CHECKPOINT_WORKSPACE=str(OUT / "workspace"),
+        LOG_LEVEL="WARNING",
+    )
+    env.pop("OPENSQUILLA_SOURCE_DB", None)
+    os.environ.update(DATABASE_URL=args.database_url)
+    subprocess.run(  # noqa: S603 - fixed argv
+        [str(PYTHON), str(ROOT / "manage.py"), "migrate", "--noinput", "-v", "0"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+    )
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "opensquilla_site.settings")
+    import django
+
+    django.setup()
+    from django.conf import settings
+
+    sources = {f"g{i:02d}": OUT / f"g{i:02d}" / "sessions.db" for i in range(args.gateways)}
+    for path in sources.values():
+        fresh_source(path)
+    followers = start_followers(args.mode, sources, env)
+    try:
+        loads.phase = "initial"
+        initial_s = wait_initial(list(sources), 300)
+        loads.phase = "lag"
+        pids = {p.pid for p in followers.values()}
+        cpu_before = {pid: cpu_seconds(pid) for pid in pids}
+        per_gateway, lag_wall = measure_lag(sources, args.rate, args.seconds)
+        busy = {pid: cpu_seconds(pid) - cpu_before[pid] for pid in pids}
+        loads.phase = "idle"
+        idle = measure_idle(followers, args.idle_seconds)
+    finally:
+        stop_all(list(dict.fromkeys(followers.values())))
+    load = loads.stop()
+    every_lag = [x for g in per_gateway.values() for x in g.pop("_lags")]
+    for name, figures in per_gateway.items():
+        figures["idle_cpu_percent_of_core"] = idle[name]
+        # The follower's CPU while its gateway was written (shared evenly in thread mode).
+        pid = followers[name].pid
+        sharing = sum(1 for p in followers.values() if p.pid == pid)
+        figures["busy_cpu_percent_of_core"] = round(100 * busy[pid] / sharing / lag_wall, 1)
+    worst_p99 = max((g["lag_p99_s"] or 0) for g in per_gateway.values())
+    worst_idle = max(idle.values())
+    lost = sum(g["committed"] - g["applied"] for g in per_gateway.values())
+    result = {
+        "kind": "mirror_fleet",
+        "command": f"bench/mirror_fleet.py {argv}".strip(),
+        "mode": args.mode,
+        "gateways": args.gateways,
+        "rate_per_gateway": args.rate,
+        "seconds": args.seconds,
+        "idle_seconds": args.idle_seconds,
+        "interval_s": settings.OPENSQUILLA_MIRROR_INTERVAL,
+        "database": "postgresql",
+        "initial_pass_s": round(initial_s, 1),
+        "writing_wall_s": round(lag_wall, 1),
+        "per_gateway": per_gateway,
+        "overall": {
+            "lag_p50_s": round(percentile(every_lag, 50), 3) if every_lag else None,
+            "lag_p99_s": round(percentile(every_lag, 99), 3) if every_lag else None,
+            "lag_max_s": round(max(every_lag), 3) if every_lag else None,
+            "worst_gateway_lag_p99_s": worst_p99,
+            "worst_gateway_idle_cpu_percent": worst_idle,
+            "not_applied": lost,
+            "lag_goal_met": worst_p99 <= LAG_GOAL_S and lost == 0,
+            "idle_goal_met": worst_idle <= IDLE_GOAL_PERCENT,
+        },
+        "lag_goal_s": LAG_GOAL_S,
+        "idle_goal_percent": IDLE_GOAL_PERCENT,
+        "loadavg": load,
+        "machine": machine_info(),
+    }
+    path = write_result(args.name, result)
+    for name, g in per_gateway.items():
+        print(
+            f"{name}: {g['achieved_rate_per_s']:>6.1f} writes/s, lag p99 {g['lag_p99_s']} s "
+            f"(max {g['lag_max_s']}), applied {g['applied']}/{g['committed']}, idle CPU "
+            f"{g['idle_cpu_percent_of_core']} % of a core"
+        )
+    print(json.dumps(result["overall"]), json.dumps(load))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
