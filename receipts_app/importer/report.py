@@ -56,6 +56,8 @@ class ImportReport:
     remapped_entry_ids: int = 0
     # Receipts whose receipt_id another gateway holds, given a new one.
     remapped_receipt_ids: int = 0
+    # Compaction summaries and pre-image entries skipped for a control character in a key/id.
+    compactions_skipped: int = 0
     gateway: str = "local"
     coverage_columns_present: bool = True
     # The source's OpenSquilla schema, e.g. "25 (V040__document_resources)" (importer.schema).
@@ -97,6 +99,8 @@ class ImportReport:
             ),
             f"files: {self.files.line()}",
         ]
+        if self.compactions_skipped:
+            lines.append(f"compactions: {self.compactions_skipped} skipped")
         if not self.coverage_columns_present:
             lines.append("coverage columns absent in the source: imported as NULL")
         lines.extend(f"warning: {w}" for w in self.warnings)
