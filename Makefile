@@ -100,10 +100,11 @@ soak: install
 	$(BIN)/pytest -m soak -p no:cacheprovider
 
 # The embedded stack under load for SOAK_MINUTES (default 30), each process killed -9 once;
-# prints messages lost, processes restarted and the longest gap in web answers.
+# prints messages lost, processes restarted and web's gaps (probes late > 1 s or failed);
+# the figures go to bench/results/soak_embedded.json.
 SOAK_MINUTES ?= 30
 soak-embedded: install
-	$(BIN)/python bench/soak_embedded.py --minutes $(SOAK_MINUTES)
+	$(BIN)/python bench/soak_embedded.py --minutes $(SOAK_MINUTES) --save bench/results/soak_embedded.json
 
 clean:
 	rm -rf var/test_* var/screenshots .pytest_cache .mypy_cache .ruff_cache

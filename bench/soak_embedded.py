@@ -16,12 +16,16 @@ repair tick: keep ``--drain-minutes`` above 5.
 
 After the load, it waits (up to ``--drain-minutes``) until every accepted piece of work is done
 and prints: work accepted, work lost (accepted, never done), each process's restarts, and the
-longest gap between two web answers. Exit status 1 when anything was lost.
+web's gaps (``Answers``: a gap is a run of ``/healthz`` probes that failed or waited more than
+1 s). Web is killed twice: one gunicorn master (with requests in flight) and one gunicorn worker
+(between requests: see ``Gate``). The figures go to ``<root>/result.json`` (and ``--save``).
+Exit status 1 when anything was lost or web had a gap.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -32,6 +36,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -181,23 +186,105 @@ class Stack:
         return sqlite3.connect(self.var / "opensquilla.sqlite3", timeout=30)
 
 
+# A probe request answered later than this (or not at all) is part of a gap.
+LATE_SECONDS = 1.0
+
+
+class Gate:
+    """Lets the killer act between requests: ``request()`` around each request, and
+    ``between_requests()`` waits until none is in flight and holds new ones back meanwhile.
+    Used only for the kill of a gunicorn *worker*, whose in-flight request dies with it (a
+    connection reset no server can avoid); the master and every other process are killed
+    with requests in flight."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._in_flight = 0
+        self._closed = False
+
+    @contextlib.contextmanager
+    def request(self) -> Iterator[None]:
+        with self._cond:
+            while self._closed:
+                self._cond.wait()
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._in_flight -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def between_requests(self) -> Iterator[None]:
+        with self._cond:
+            self._closed = True
+            while self._in_flight:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._closed = False
+                self._cond.notify_all()
+
+
 @dataclass
 class Answers:
-    """When the web server last answered, and the longest silence between two answers."""
+    """What the web server answered, and its gaps.
 
-    last: float = field(default_factory=time.monotonic)
-    longest: float = 0.0
-    failures: int = 0
+    The probe (``watch``) sends ``GET /healthz`` every 0.2 s with a 15 s timeout. A probe is
+    *late* when it failed (refused, reset, timed out, not 200) or was answered after more than
+    ``LATE_SECONDS``. A *gap* is a run of consecutive late probes; its length runs from the send
+    of its first late probe to the answer of the next probe answered in time. So "0 gaps"
+    means every probe over the whole run, restarts included, was answered with 200 within 1 s.
+    The load's own requests count separately: failed (no HTTP answer) and 5xx answers.
+    """
+
+    probes: int = 0
+    late: int = 0
+    failed_probes: int = 0
+    slowest: float = 0.0
+    gaps: int = 0
+    longest_gap: float = 0.0
+    gap_started: float | None = None
+    load_requests: int = 0
+    failures: int = 0  # load requests without an HTTP answer
+    errors: int = 0  # load requests answered 5xx
     lock: threading.Lock = field(default_factory=threading.Lock)
+    gate: Gate = field(default_factory=Gate)
 
-    def answered(self) -> None:
+    def probe(self, sent: float, answered: float, ok: bool) -> None:
         with self.lock:
-            now = time.monotonic()
-            self.longest = max(self.longest, now - self.last)
-            self.last = now
+            self.probes += 1
+            waited = answered - sent
+            if ok:
+                self.slowest = max(self.slowest, waited)
+            if ok and waited <= LATE_SECONDS:
+                if self.gap_started is not None:
+                    self.longest_gap = max(self.longest_gap, answered - self.gap_started)
+                    self.gap_started = None
+                return
+            self.late += 1
+            self.failed_probes += 0 if ok else 1
+            if self.gap_started is None:
+                self.gap_started = sent
+                self.gaps += 1
+
+    def finish(self) -> None:
+        with self.lock:  # a gap still open when the run ends lasts until now
+            if self.gap_started is not None:
+                self.longest_gap = max(self.longest_gap, time.monotonic() - self.gap_started)
+                self.gap_started = None
+
+    def answered(self, status: int) -> None:
+        with self.lock:
+            self.load_requests += 1
+            self.errors += 1 if status >= 500 else 0
 
     def failed(self) -> None:
         with self.lock:
+            self.load_requests += 1
             self.failures += 1
 
 
@@ -221,14 +308,15 @@ class Client:
         """One step, retried while the web server cannot answer (at most ~60 s)."""
         for _attempt in range(120):
             try:
-                response = self.http.request(
-                    method, path, json=body, headers={"Idempotency-Key": key}
-                )
+                with self.answers.gate.request():
+                    response = self.http.request(
+                        method, path, json=body, headers={"Idempotency-Key": key}
+                    )
             except httpx.HTTPError:
                 self.answers.failed()
                 time.sleep(0.5)
                 continue
-            self.answers.answered()
+            self.answers.answered(response.status_code)
             if response.status_code in ok:
                 return dict(response.json()) if response.content else {}
             if response.status_code >= 500 or response.status_code == 409:
@@ -332,17 +420,44 @@ def _alive(pid: int) -> bool:
 
 
 def watch(stack: Stack, answers: Answers, stop: threading.Event) -> None:
-    # The load client's timeout: a request waiting while web restarts is answered, not lost.
+    # The load client's timeout: a request waiting while web restarts is answered, late.
     with httpx.Client(timeout=15) as http:
         while not stop.is_set():
-            try:
-                if http.get(f"{stack.url}/healthz").status_code == 200:
-                    answers.answered()
-                else:
-                    answers.failed()
-            except httpx.HTTPError:
-                answers.failed()
+            with answers.gate.request():
+                sent = time.monotonic()
+                try:
+                    ok = http.get(f"{stack.url}/healthz").status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                answers.probe(sent, time.monotonic(), ok)
             stop.wait(0.2)
+
+
+def web_workers(stack: Stack) -> list[int]:
+    """The gunicorn workers of every web instance (the masters' children)."""
+    status = stack.status("web")
+    instances = status.get("instances")
+    records = [i for i in instances if isinstance(i, dict)] if isinstance(instances, list) else []
+    masters = [int(str(i["pid"])) for i in records if i.get("pid")] or [int(str(status["pid"]))]
+    children: list[int] = []
+    for master in masters:
+        try:
+            text = Path(f"/proc/{master}/task/{master}/children").read_text()
+        except OSError:
+            continue
+        children += [int(pid) for pid in text.split()]
+    return children
+
+
+def kill_web_worker(stack: Stack, answers: Answers) -> int:
+    """SIGKILL one gunicorn worker between two requests (see ``Gate``); its master forks a
+    new one while the other workers answer."""
+    workers = web_workers(stack)
+    if not workers:
+        raise RuntimeError("no gunicorn worker found")
+    with answers.gate.between_requests():
+        os.kill(workers[0], signal.SIGKILL)
+    return workers[0]
 
 
 def pending(stack: Stack, accepted: Accepted) -> tuple[list[str], list[str]]:
@@ -368,7 +483,9 @@ def pending(stack: Stack, accepted: Accepted) -> tuple[list[str], list[str]]:
     )
 
 
-def soak(minutes: float, rate: float, drain_minutes: float, root: Path) -> int:
+def soak(
+    minutes: float, rate: float, drain_minutes: float, root: Path, save: Path | None = None
+) -> int:
     stack = Stack(root)
     print(f"soak: {minutes:g} min at {rate:g} iterations/s, stack in {root}", flush=True)
     stack.prepare()
@@ -378,7 +495,6 @@ def soak(minutes: float, rate: float, drain_minutes: float, root: Path) -> int:
     try:
         stack.wait_ready()
         print(f"soak: stack up at {stack.url}", flush=True)
-        answers.last = time.monotonic()
         stop = threading.Event()
         threads = [
             threading.Thread(target=load, args=(stack, answers, accepted, stop, rate), daemon=True),
@@ -389,19 +505,23 @@ def soak(minutes: float, rate: float, drain_minutes: float, root: Path) -> int:
         started = time.monotonic()
         duration = minutes * 60
         # Each process killed once, spread over the run (the worker first: its lost work
-        # needs the longest to come back).
-        schedule = dict(
-            zip(("worker", "beat", "mirror", "web"), (0.15, 0.35, 0.55, 0.75), strict=True)
-        )
+        # needs the longest to come back); web twice: one gunicorn master (the process the
+        # supervisor runs, what a crash or the OOM killer ends) and, later, one gunicorn worker.
+        names = ("worker", "beat", "mirror", "web", "web worker")
+        schedule = dict(zip(names, (0.15, 0.3, 0.45, 0.6, 0.8), strict=True))
         kills: dict[str, float] = {}
+        web_workers_before = 0
         while time.monotonic() - started < duration:
             elapsed = time.monotonic() - started
             for name, at in schedule.items():
                 if name not in kills and elapsed >= at * duration:
-                    if not stack.running(name):
+                    if not stack.running(name.split()[0]):
                         continue  # still coming back from an earlier kill: wait for it
                     if name == "worker":
                         pid = kill_worker_holding_work(stack, answers, accepted)
+                    elif name == "web worker":
+                        web_workers_before = len(web_workers(stack))
+                        pid = kill_web_worker(stack, answers)
                     else:
                         pid = stack.kill(name)
                     kills[name] = elapsed
@@ -413,6 +533,8 @@ def soak(minutes: float, rate: float, drain_minutes: float, root: Path) -> int:
         stop.set()
         for thread in threads:
             thread.join(timeout=120)
+        answers.finish()
+        web_workers_after = len(web_workers(stack))
         print(
             f"soak: load stopped; {len(accepted.checkpoint_sessions)} checkpoints and "
             f"{len(accepted.requeued_receipts)} requeues accepted; waiting for them",
@@ -448,13 +570,53 @@ def soak(minutes: float, rate: float, drain_minutes: float, root: Path) -> int:
         f"({', '.join(f'{n} {c}' for n, c in restarts.items())})"
     )
     print(
-        f"longest web gap     {answers.longest:.1f} s "
-        f"({answers.failures} requests without an answer)"
+        f"web worker          {web_workers_before} gunicorn workers before its kill, "
+        f"{web_workers_after} after (forked again by its master)"
+    )
+    print(
+        f"probe requests      {answers.probes} (GET /healthz every 0.2 s): {answers.late} late "
+        f"(> {LATE_SECONDS:g} s or failed), {answers.failed_probes} failed; "
+        f"slowest answer {answers.slowest:.2f} s"
+    )
+    print(
+        f"web gaps            {answers.gaps} (runs of late probes); "
+        f"longest web gap {answers.longest_gap:.1f} s"
+    )
+    print(
+        f"load requests       {answers.load_requests}: {answers.failures} without an answer, "
+        f"{answers.errors} answered 5xx (each retried with its Idempotency-Key)"
     )
     print(f"stopped with Ctrl-C exit {stop_code}")
+    result = {
+        "minutes": minutes,
+        "rate": rate,
+        "checkpoints_accepted": len(accepted.checkpoint_sessions),
+        "requeues_accepted": len(accepted.requeued_receipts),
+        "steps_refused": accepted.refused,
+        "lost": lost,
+        "drained_s": round(drained, 1),
+        "sent_again": resent,
+        "killed_at_s": {n: round(t) for n, t in kills.items()},
+        "restarts": restarts,
+        "web_workers_before_after": [web_workers_before, web_workers_after],
+        "probes": answers.probes,
+        "late_probes": answers.late,
+        "failed_probes": answers.failed_probes,
+        "slowest_probe_s": round(answers.slowest, 3),
+        "gaps": answers.gaps,
+        "longest_gap_s": round(answers.longest_gap, 2),
+        "load_requests": answers.load_requests,
+        "load_failed": answers.failures,
+        "load_5xx": answers.errors,
+        "stop_code": stop_code,
+    }
+    (root / "result.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    if save is not None:
+        save.parent.mkdir(parents=True, exist_ok=True)
+        save.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     if lost:
         print(f"  lost checkpoints: {checkpoints[:10]}\n  lost requeues: {requeues[:10]}")
-    return 1 if lost else 0
+    return 1 if lost or answers.gaps else 0
 
 
 def main() -> int:
@@ -468,10 +630,13 @@ def main() -> int:
         help="how long to wait for accepted work after the load (default 10)",
     )
     parser.add_argument("--root", type=Path, default=None, help="default: var/soak-<time>")
+    parser.add_argument(
+        "--save", type=Path, default=None, help="also write the figures (JSON) to this file"
+    )
     args = parser.parse_args()
     root = args.root or REPO / "var" / f"soak-{time.strftime('%Y%m%d-%H%M%S')}"
     root.mkdir(parents=True, exist_ok=True)
-    return soak(args.minutes, args.rate, args.drain_minutes, root)
+    return soak(args.minutes, args.rate, args.drain_minutes, root, args.save)
 
 
 if __name__ == "__main__":

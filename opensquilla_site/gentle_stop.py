@@ -1,7 +1,8 @@
 """Run one Procfile command so that a stop signal reaches only its main process, and restart
 it when it dies on its own.
 
-``python -m opensquilla_site.gentle_stop [--restart NAME] [--listen HOST:PORT] <command> [args…]``
+``python -m opensquilla_site.gentle_stop [--restart NAME [--instances N]] [--listen HOST:PORT]
+<command> [args…]``
 
 Stopping: honcho (``make run``) stops a process by signalling its whole process group, and
 Ctrl-C in a terminal does the same to the foreground group. A Celery worker's prefork children
@@ -24,7 +25,17 @@ Listening (``--listen HOST:PORT``, the web server): the wrapper opens the listen
 once and hands it to each start of the command as systemd socket activation does (file
 descriptor 3, ``LISTEN_FDS=1``, ``LISTEN_PID``), which gunicorn reads instead of binding. The
 socket outlives a crashed gunicorn, so while it restarts new connections wait in the backlog
-and are answered late instead of refused.
+instead of being refused.
+
+Several instances (``--instances N``, the web server's ``WEB_INSTANCES``, default 2): the
+wrapper runs N copies of the command, each restarted on its own (its own backoff) and all on
+the one listening socket; each child gets ``OPENSQUILLA_INSTANCE`` (1…N) and
+``OPENSQUILLA_INSTANCES``, from which ``gunicorn.conf.py`` takes its share of ``WEB_WORKERS``
+and its own control socket. A gunicorn master killed with -9 leaves its workers to finish what
+they hold (they exit once idle, when they see their parent gone) while the other instance's
+workers keep accepting from the same socket: nothing waits for a boot. The status file then
+holds the sum (``restarts``; ``state`` is ``running`` only while every instance runs; ``pid``
+the first running instance's master) and each instance's own record under ``instances``.
 """
 
 from __future__ import annotations
@@ -79,11 +90,18 @@ def listen(address: str) -> socket.socket:
     return sock
 
 
-def _child_setup(listener: socket.socket | None) -> Callable[[], None]:
-    """The preexec_fn of each start: die with the wrapper; find the listener, if any."""
+def _child_setup(
+    listener: socket.socket | None, number: int = 1, count: int = 1
+) -> Callable[[], None]:
+    """The preexec_fn of each start: die with the wrapper; find the listener, if any; know
+    which instance it is, when there are several."""
 
     def setup() -> None:
         _die_with_parent()
+        if count > 1:
+            # Read by gunicorn.conf.py: its share of WEB_WORKERS and its own control socket.
+            os.environ["OPENSQUILLA_INSTANCE"] = str(number)
+            os.environ["OPENSQUILLA_INSTANCES"] = str(count)
         if listener is not None:
             # In the child, before exec: the environment names fd 3 for this very process
             # (LISTEN_PID), as systemd's socket activation does.
@@ -147,77 +165,170 @@ def _stopped_cleanly(code: int) -> bool:
 
 def _options(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     options: dict[str, str] = {}
-    while argv[:1] in (["--restart"], ["--listen"]) and len(argv) >= 3:
+    while argv[:1] in (["--restart"], ["--listen"], ["--instances"]) and len(argv) >= 3:
         options[argv[0][2:]] = argv[1]
         argv = argv[2:]
     return options, argv
 
 
+class Instance:
+    """One copy of the command: its child, its backoff and its restarts."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.child: subprocess.Popen[bytes] | None = None
+        self.started = 0.0
+        self.started_at: int | None = None
+        self.delay = BACKOFF_FIRST_SECONDS
+        self.wake = 0.0  # when a dead instance is started again
+        self.restarts = 0
+        self.last_exit: dict[str, object] | None = None
+        self.code: int | None = None  # the exit code once stopped for good
+
+    @property
+    def state(self) -> str:
+        if self.child is not None and self.child.poll() is None:
+            return "running"
+        return "stopped" if self.code is not None else "restarting"
+
+    def record(self) -> dict[str, object]:
+        return {
+            "number": self.number,
+            "pid": self.child.pid if self.state == "running" and self.child else None,
+            "state": self.state,
+            "restarts": self.restarts,
+            "started_at": self.started_at,
+            "last_exit": self.last_exit,
+        }
+
+
+def _status_fields(instances: list[Instance]) -> dict[str, object]:
+    """The status file's fields: one process's, and with several instances their sum (running
+    only when every instance runs; ``pid`` the first running one) plus each instance's own."""
+    records = [instance.record() for instance in instances]
+    states = {str(r["state"]) for r in records}
+    state = (
+        "running"
+        if states == {"running"}
+        else ("stopped" if states == {"stopped"} else "restarting")
+    )
+    exits = [r["last_exit"] for r in records if isinstance(r["last_exit"], dict)]
+    starts = [r["started_at"] for r in records if isinstance(r["started_at"], int)]
+    fields: dict[str, object] = {
+        "state": state,
+        "pid": next((r["pid"] for r in records if r["pid"] is not None), None),
+        "restarts": sum(int(str(r["restarts"])) for r in records),
+        "started_at": max(starts) if starts else None,
+        "last_exit": max(exits, key=lambda e: int(str(e.get("at") or 0))) if exits else None,
+    }
+    if len(records) > 1:
+        fields["instances"] = records
+    return fields
+
+
 def main(argv: list[str]) -> int:
     options, argv = _options(argv)
     name = options.get("restart")
-    if not argv or argv[0].startswith("--"):
+    try:
+        count = int(options.get("instances", "1"))
+    except ValueError:
+        count = 0
+    if not argv or argv[0].startswith("--") or count < 1 or (count > 1 and not name):
         print(
-            "usage: python -m opensquilla_site.gentle_stop [--restart NAME] [--listen HOST:PORT]"
-            " COMMAND [ARGS…]",
+            "usage: python -m opensquilla_site.gentle_stop [--restart NAME [--instances N]]"
+            " [--listen HOST:PORT] COMMAND [ARGS…]",
             file=sys.stderr,
         )
         return 2
     listener = listen(options["listen"]) if "listen" in options else None
     stopping = False
-    child: subprocess.Popen[bytes] | None = None
+    instances = [Instance(number) for number in range(1, count + 1)]
 
     def forward(signum: int, frame: FrameType | None) -> None:
         nonlocal stopping
         if not stopping:
             stopping = True
-            if child is not None and child.poll() is None:
-                child.send_signal(signal.SIGTERM)
+            for instance in instances:
+                if instance.child is not None and instance.child.poll() is None:
+                    instance.child.send_signal(signal.SIGTERM)
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, forward)
 
     status = Status(name) if name else None
-    delay = BACKOFF_FIRST_SECONDS
-    while True:
-        started = time.monotonic()
-        child = subprocess.Popen(  # noqa: S603
+
+    def start(instance: Instance) -> None:
+        instance.started = time.monotonic()
+        instance.child = subprocess.Popen(  # noqa: S603
             argv,
             start_new_session=True,
-            preexec_fn=_child_setup(listener),  # noqa: PLW1509
+            preexec_fn=_child_setup(listener, instance.number, count),  # noqa: PLW1509
             pass_fds=(_LISTEN_FD,) if listener is not None else (),
         )
+        instance.started_at = _now_ms()
         if stopping:  # the stop arrived while the child was being started
-            child.send_signal(signal.SIGTERM)
-        if status:
-            status.update(state="running", pid=child.pid, started_at=_now_ms())
-        code = child.wait()
-        # Stopped as asked is a clean exit, not a failure of the process.
+            instance.child.send_signal(signal.SIGTERM)
+
+    def exited(instance: Instance, code: int) -> None:
+        """An instance ended: stopped for good when asked, else restarted after its backoff."""
         if stopping or status is None:
-            if status:
-                status.update(state="stopped", pid=None)
-            return 0 if stopping and _stopped_cleanly(code) else code
-        ran = time.monotonic() - started
+            instance.code = code
+            return
+        ran = time.monotonic() - instance.started
         if ran >= STABLE_AFTER_SECONDS:
-            delay = BACKOFF_FIRST_SECONDS
-        restarts = int(str(status.data["restarts"])) + 1
+            instance.delay = BACKOFF_FIRST_SECONDS
+        instance.restarts += 1
+        label = name if count == 1 else f"{name} instance {instance.number}"
+        total = sum(i.restarts for i in instances)
         _log(
-            f"{name} exited with {_exit_text(code)} after {ran:.0f} s; "
-            f"restart {restarts} in {delay:.0f} s"
+            f"{label} exited with {_exit_text(code)} after {ran:.0f} s; "
+            f"restart {total} in {instance.delay:.0f} s"
         )
-        status.update(
-            state="restarting",
-            pid=None,
-            restarts=restarts,
-            last_exit={"code": code, "text": _exit_text(code), "at": _now_ms(), "ran_s": ran},
-        )
-        wake = time.monotonic() + delay
-        while not stopping and time.monotonic() < wake:
-            time.sleep(0.1)
-        if stopping:
-            status.update(state="stopped")
-            return 0
-        delay = min(delay * 2, BACKOFF_MAX_SECONDS)
+        instance.last_exit = {
+            "code": code,
+            "text": _exit_text(code),
+            "at": _now_ms(),
+            "ran_s": ran,
+        }
+        if count > 1:
+            instance.last_exit["instance"] = instance.number
+        instance.wake = time.monotonic() + instance.delay
+        instance.delay = min(instance.delay * 2, BACKOFF_MAX_SECONDS)
+
+    for instance in instances:
+        start(instance)
+    if status:
+        status.update(**_status_fields(instances))
+    while True:
+        changed = False
+        for instance in instances:
+            if instance.code is not None:
+                continue
+            if instance.child is None:
+                if stopping:
+                    instance.code = 0  # waiting for its restart when the stop came
+                    changed = True
+                elif time.monotonic() >= instance.wake:
+                    start(instance)
+                    changed = True
+                continue
+            code = instance.child.poll()
+            if code is not None:
+                instance.child = None
+                exited(instance, code)
+                changed = True
+        if changed and status:
+            status.update(**_status_fields(instances))
+        if all(instance.code is not None for instance in instances):
+            codes = [int(str(instance.code)) for instance in instances]
+            if not stopping:  # no status: a plain wrapper ends with its command
+                return codes[0]
+            return (
+                0
+                if all(_stopped_cleanly(code) for code in codes)
+                else next(code for code in codes if not _stopped_cleanly(code))
+            )
+        time.sleep(0.05)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from django.conf import settings
 from opensquilla_site import timeutil
 
 from .heartbeats import HeartbeatView, heartbeats
-from .mirror import MirrorView, mirror_views
+from .mirror import MirrorView, SkippedRowView, mirror_skipped_rows, mirror_views
 from .models import Heartbeat
 from .processes import SupervisedProcess, supervised_processes
 from .queues import QueueDepth, queue_depths
@@ -88,6 +88,7 @@ class LivenessReport:
     beats: list[ProcessLiveness] = field(default_factory=list)
     queues: list[QueueDepth] = field(default_factory=list)
     mirrors: list[MirrorView] = field(default_factory=list)
+    skipped: list[SkippedRowView] = field(default_factory=list)  # newest 200
     processes: list[SupervisedProcess] = field(default_factory=list)
     gateway_queues: list[GatewayQueue] = field(default_factory=list)
 
@@ -113,6 +114,7 @@ def liveness_report(now: int | None = None) -> LivenessReport:
         (report.workers if hb.kind == "worker" else report.beats).append(entry)
     report.queues = queue_depths()
     report.mirrors = mirror_views()
+    report.skipped = mirror_skipped_rows()
     report.processes = supervised_processes()
     report.gateway_queues = gateway_queues()
     return report

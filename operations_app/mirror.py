@@ -61,3 +61,44 @@ def mirror_views() -> list[MirrorView]:
     except Exception:  # noqa: BLE001 - a broken mirror reader must not break a scrape
         logger.warning("could not read the mirror state", exc_info=True)
         return []
+
+
+@dataclass(frozen=True)
+class SkippedRowView:
+    source: str
+    gateway: str
+    kind: str  # session, transcript entry, receipt
+    source_rowid: int
+    reason: str
+    detail: str
+    name: str  # the row's key or id, control characters escaped
+    first_seen_at: int
+    last_seen_at: int
+
+
+def mirror_skipped_rows(limit: int = 200) -> list[SkippedRowView]:
+    """The source rows the mirror did not apply, newest first; empty without the module."""
+    try:
+        from receipts_app.mirror.state import (  # type: ignore[import-not-found, unused-ignore]
+            skipped_rows,
+        )
+    except ImportError:
+        return []
+    try:
+        return [
+            SkippedRowView(
+                source=row.source.path,
+                gateway=str(row.source.gateway_id or "local"),
+                kind=row.kind,
+                source_rowid=row.source_rowid,
+                reason=row.reason,
+                detail=row.detail,
+                name=row.name,
+                first_seen_at=row.first_seen_at,
+                last_seen_at=row.last_seen_at,
+            )
+            for row in skipped_rows(limit)
+        ]
+    except Exception:  # noqa: BLE001 - as mirror_views: never break the page on it
+        logger.warning("could not read the mirror's skipped rows", exc_info=True)
+        return []

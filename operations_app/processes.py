@@ -29,6 +29,10 @@ class SupervisedProcess:
     started_at: int | None  # epoch ms of the current (or last) start
     last_exit: str  # "signal SIGKILL", "code 1"; "" before any exit
     last_exit_at: int | None
+    # Several instances of one command (the web server's gunicorn masters, ``--instances``):
+    # how many there are and how many run now; 1 and 1 (or 0) for a single process.
+    instances: int = 1
+    instances_running: int = 0
 
 
 def _alive(pid: object) -> bool:
@@ -57,6 +61,9 @@ def _read(path: Path) -> SupervisedProcess | None:
     if not isinstance(last_exit, dict):
         last_exit = {}
     started = data.get("started_at")
+    copies = data.get("instances")
+    copies = [c for c in copies if isinstance(c, dict)] if isinstance(copies, list) else []
+    running = sum(1 for c in copies if c.get("state") == "running")
     exited = last_exit.get("at")
     return SupervisedProcess(
         name=str(data.get("name") or path.stem),
@@ -65,6 +72,8 @@ def _read(path: Path) -> SupervisedProcess | None:
         started_at=started if isinstance(started, int) else None,
         last_exit=str(last_exit.get("text") or ""),
         last_exit_at=exited if isinstance(exited, int) else None,
+        instances=max(1, len(copies)),
+        instances_running=running if state != "stopped" else 0,
     )
 
 

@@ -9,6 +9,11 @@ compaction_index, created_at) when it has no compaction id; a pre-image entry on
 (session_id, compaction_id, original_entry_id). A summary's ``flush_receipt_status`` follows
 the source unless this product already repaired it (the source keeps saying "degraded"
 until upstream repairs it itself, and the repair must not be redone on every import).
+
+A row whose ``session_key``, ``session_id`` or ``compaction_id`` holds a control character
+(``opensquilla_site.identifiers``) is skipped as a session, entry or receipt row is: never
+stored, counted in the report's ``compactions_skipped`` and named by its source rowid in a
+``control_characters`` warning (docs/IMPORT.md).
 """
 
 from __future__ import annotations
@@ -17,11 +22,17 @@ import json
 import sqlite3
 from typing import Any
 
+from opensquilla_site.identifiers import control_character_problem
 from sessions_app.keys import canonicalize_session_key
 from sessions_app.models import CompactedTranscriptEntry, CompactionSummary
 
 from .errors import ImportSourceError
+from .report import ImportReport
+from .rows import UNADDRESSABLE  # the same warning kind as the other tables' skipped rows
 from .source import SourceDatabase
+
+# The columns that name a compaction row (in keys, links, the repair's lookups).
+IDENTIFIER_COLUMNS = ("session_key", "session_id", "compaction_id")
 
 SUMMARY_COLUMNS = (
     "session_id",
@@ -67,9 +78,12 @@ def _rows(source: SourceDatabase, table: str, wanted: tuple[str, ...]) -> list[d
         return []
     # Column names come from the constants above, never from the source file.
     select = ", ".join(c if c in present else f"NULL AS {c}" for c in wanted)
+    names = ("rowid", *wanted)
     try:
-        cursor = source.conn.execute(f"SELECT {select} FROM {table} ORDER BY rowid")  # noqa: S608
-        return [dict(zip(wanted, row, strict=True)) for row in cursor.fetchall()]
+        cursor = source.conn.execute(
+            f"SELECT rowid, {select} FROM {table} ORDER BY rowid"  # noqa: S608
+        )
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
     except sqlite3.DatabaseError as exc:
         raise ImportSourceError(f"{source.path} cannot be read: {exc}") from exc
 
@@ -83,10 +97,43 @@ def _tool_calls(value: Any, where: str) -> Any:
         raise ImportSourceError(f"{where}: tool_calls is not JSON") from exc
 
 
-def import_compactions(source: SourceDatabase) -> tuple[int, int]:
+def _identifier_problem(row: dict[str, Any]) -> str | None:
+    for name in IDENTIFIER_COLUMNS:
+        value = row[name]
+        if name == "session_key" and value is not None:
+            value = canonicalize_session_key(value)
+        problem = control_character_problem(value) if isinstance(value, str) else None
+        if problem is not None:
+            return f"{name} {problem}"
+    return None
+
+
+def _addressable(
+    rows: list[dict[str, Any]], what: str, report: ImportReport | None
+) -> list[dict[str, Any]]:
+    """The rows whose keys and ids hold no control character; each other one is skipped,
+    counted and reported with its source rowid."""
+    kept = []
+    for row in rows:
+        problem = _identifier_problem(row)
+        if problem is None:
+            kept.append(row)
+            continue
+        if report is not None:
+            report.compactions_skipped += 1
+            report.warn(
+                UNADDRESSABLE, f"{what} at source rowid {row['rowid']}: {problem}; not imported"
+            )
+    return kept
+
+
+def import_compactions(
+    source: SourceDatabase, report: ImportReport | None = None
+) -> tuple[int, int]:
     """Import summaries and pre-image entries; returns (summaries, entries) written."""
     written_summaries = 0
-    for row in _rows(source, "session_summaries", SUMMARY_COLUMNS):
+    summaries = _rows(source, "session_summaries", SUMMARY_COLUMNS)
+    for row in _addressable(summaries, "compaction summary", report):
         key = canonicalize_session_key(row["session_key"])
         values = {
             "session_id": str(row["session_id"] or ""),
@@ -122,7 +169,8 @@ def import_compactions(source: SourceDatabase) -> tuple[int, int]:
             written_summaries += 1
 
     written_entries = 0
-    for row in _rows(source, "compacted_transcript_entries", ENTRY_COLUMNS):
+    entries = _rows(source, "compacted_transcript_entries", ENTRY_COLUMNS)
+    for row in _addressable(entries, "compacted transcript entry", report):
         where = f"compacted entry {row['original_entry_id']} of {row['compaction_id']}"
         _, created = CompactedTranscriptEntry.objects.get_or_create(
             session_id=str(row["session_id"] or ""),

@@ -45,6 +45,15 @@ class FileCounts:
         )
 
 
+@dataclass(frozen=True)
+class SkippedRow:
+    kind: str  # session, transcript entry, receipt
+    rowid: int
+    reason: str  # "session_key must not contain control characters…", no position
+    detail: str  # the whole problem, with the character and its position
+    name: str  # the row's key or id, control characters escaped
+
+
 @dataclass
 class ImportReport:
     source: str
@@ -56,12 +65,17 @@ class ImportReport:
     remapped_entry_ids: int = 0
     # Receipts whose receipt_id another gateway holds, given a new one.
     remapped_receipt_ids: int = 0
+    # Compaction summaries and pre-image entries skipped for a control character in a key/id.
+    compactions_skipped: int = 0
     gateway: str = "local"
     coverage_columns_present: bool = True
     # The source's OpenSquilla schema, e.g. "25 (V040__document_resources)" (importer.schema).
     source_schema: str = ""
     warnings: list[str] = field(default_factory=list)
     _warning_kinds: dict[str, int] = field(default_factory=dict, repr=False)
+    # Every row skipped for a control character, in order (what the live mirror records,
+    # ``receipts_app.mirror.models.MirrorSkippedRow``); not part of ``as_dict``.
+    skipped_rows: list[SkippedRow] = field(default_factory=list, repr=False)
 
     def warn(self, kind: str, message: str) -> None:
         seen = self._warning_kinds.get(kind, 0) + 1
@@ -81,6 +95,7 @@ class ImportReport:
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("_warning_kinds", None)
+        data.pop("skipped_rows", None)
         data["suppressed_warnings"] = self.suppressed_warnings
         data["changed"] = self.changed
         return data
@@ -97,6 +112,8 @@ class ImportReport:
             ),
             f"files: {self.files.line()}",
         ]
+        if self.compactions_skipped:
+            lines.append(f"compactions: {self.compactions_skipped} skipped")
         if not self.coverage_columns_present:
             lines.append("coverage columns absent in the source: imported as NULL")
         lines.extend(f"warning: {w}" for w in self.warnings)

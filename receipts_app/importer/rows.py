@@ -31,7 +31,7 @@ from ..models import MemoryDurableReceipt, new_receipt_id
 from ..receipt_ids import identifier_columns_problem
 from ..statuses import CHECKPOINT_SAVED, PREIMAGE_SAVED
 from .paths import check_receipt_path, is_file_path, normalise
-from .report import Counts, ImportReport
+from .report import Counts, ImportReport, SkippedRow
 from .source import SourceEntry, SourceReceipt, SourceSession
 
 # Receipt columns compared and overwritten when the source row wins: the ledger's conflict
@@ -113,7 +113,34 @@ def without_unaddressable(batch: Sequence[Row], report: ImportReport, counts: Co
             continue
         counts.skipped += 1
         report.warn(UNADDRESSABLE, f"{what} at source rowid {row.rowid}: {problem}; not imported")
+        report.skipped_rows.append(
+            SkippedRow(
+                kind=what,
+                rowid=int(row.rowid or 0),
+                reason=problem.split("; found ", 1)[0],
+                detail=problem,
+                name=escaped(_row_name(row)),
+            )
+        )
     return kept
+
+
+def _row_name(row: SourceSession | SourceEntry | SourceReceipt) -> str:
+    if isinstance(row, SourceReceipt):
+        values = row.values
+        return str(values.get("receipt_id") or values.get("idempotency_key") or "")
+    return str(row.session_key or "")
+
+
+def escaped(value: str, limit: int = 200) -> str:
+    """``value`` with control characters written as escapes (``\\n``, ``\\x00``), cut to
+    ``limit``: safe to show in a page, a log line or a CSV cell."""
+    # Only the control characters are escaped; other letters stay readable.
+    text = "".join(
+        ch.encode("unicode_escape").decode("ascii") if control_character_problem(ch) else ch
+        for ch in value
+    )
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # --- sessions -----------------------------------------------------------------------------

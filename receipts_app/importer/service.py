@@ -109,7 +109,7 @@ def import_opensquilla(
                 _import_sessions(source, report, report_progress, totals["sessions"])
                 _import_entries(source, report, report_progress, totals["transcript entries"])
                 _import_receipts(source, report, report_progress, totals["receipts"], facts)
-                import_compactions(source)  # degraded ones are repaired by the repair tick
+                import_compactions(source, report)  # degraded ones are repaired by the repair tick
                 rows.reset_entry_sequence()
                 if source_workspace is not None and checkpoint_root is not None:
                     _import_files(

@@ -140,3 +140,33 @@ class MirroredTranscript(models.Model):
 
     def __str__(self) -> str:
         return self.session_id
+
+
+class MirrorSkippedRow(models.Model):
+    """A source row the mirror did not apply, and why (a control character in a key or id,
+    ``opensquilla_site.identifiers``): the cursor moved past it, so without this record the
+    only trace would be a log line. One row per source row (kind + source rowid); seen again
+    (the overlap window, a replaced file) it only moves ``last_seen_at``. Shown on the
+    overview's mirror panel (counts per reason) and listed on the liveness page."""
+
+    source = models.ForeignKey(MirrorSource, on_delete=models.CASCADE, related_name="skipped")
+    kind = models.CharField(max_length=32)  # session, transcript entry, receipt
+    source_rowid = models.BigIntegerField()
+    # The column and rule it broke, without the position: what the counts group by.
+    reason = models.CharField(max_length=200)
+    detail = models.TextField(blank=True, default="")  # the full problem, with its position
+    # The row's key or id, control characters written as escapes (\n, \x00).
+    name = models.TextField(blank=True, default="")
+    first_seen_at = models.BigIntegerField(default=now_ms)
+    last_seen_at = models.BigIntegerField(default=now_ms)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source", "kind", "source_rowid"], name="mirror_skipped_source_row_uniq"
+            )
+        ]
+        indexes = [models.Index(fields=["source", "reason"], name="mirror_skipped_reason")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.source_rowid}"

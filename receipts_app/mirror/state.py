@@ -15,7 +15,7 @@ from opensquilla_site.timeutil import now_ms
 from sessions_app.gateways import gateway_scope
 
 from ..importer import ImportSourceError
-from .models import MirroredReceipt, MirroredSession, MirrorSource
+from .models import MirroredReceipt, MirroredSession, MirrorSkippedRow, MirrorSource
 from .sources import ConfiguredSource, configured_sources
 
 HEARTBEAT_MS = 10_000
@@ -87,8 +87,9 @@ def mirror_states() -> list[dict[str, Any]]:
     follower's last look at its source, = heartbeat), ``error``, ``error_code``, ``error_since``,
     ``warning``, ``rows_applied``, ``sessions_gone``, ``receipts_gone``, ``follower`` (lease
     holder), ``gateway`` (the name its rows belong to), ``schema_version`` and
-    ``opensquilla_version`` (what the gateway's file was at when last read). Times are epoch ms, None when unknown.
-    One query.
+    ``opensquilla_version`` (what the gateway's file was at when last read), ``skipped``
+    (rows the mirror did not apply, per kind and reason: ``[{"kind", "reason", "count"}]``,
+    most first) and ``skipped_total``. Times are epoch ms, None when unknown. Two queries.
     """
     now = now_ms()
     scope = gateway_scope()  # every gateway's sources unless an edge chose one
@@ -105,6 +106,7 @@ def mirror_states() -> list[dict[str, Any]]:
         )
         .order_by("gateway_id", "path")
     )
+    skipped = _skipped_by_source([src.pk for src in sources])
     states = [
         {
             "source": src.path,
@@ -133,6 +135,9 @@ def mirror_states() -> list[dict[str, Any]]:
             # What the gateway's file was at when last read (importer/schema.py's label).
             "schema_version": src.gateway.schema_version,
             "opensquilla_version": src.gateway.opensquilla_version,
+            "source_id": src.pk,
+            "skipped": skipped.get(src.pk, []),
+            "skipped_total": sum(int(r["count"]) for r in skipped.get(src.pk, [])),
         }
         for src in sources
     ]
@@ -144,6 +149,33 @@ def mirror_states() -> list[dict[str, Any]]:
         if (configured.gateway, path) not in started:
             states.insert(0, _never_started(configured, path))
     return states
+
+
+def _skipped_by_source(source_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+    if not source_ids:
+        return {}
+    grouped: dict[int, list[dict[str, Any]]] = {}
+    rows = (
+        MirrorSkippedRow.objects.filter(source_id__in=source_ids)
+        .values("source_id", "kind", "reason")
+        .annotate(count=Count("pk"))
+        .order_by("source_id", "-count", "kind", "reason")
+    )
+    for row in rows:
+        grouped.setdefault(row["source_id"], []).append(
+            {"kind": row["kind"], "reason": row["reason"], "count": row["count"]}
+        )
+    return grouped
+
+
+def skipped_rows(limit: int = 200) -> list[MirrorSkippedRow]:
+    """The rows the mirror skipped, newest first (every gateway's unless an edge chose one),
+    for the liveness page's list."""
+    scope = gateway_scope()
+    rows = MirrorSkippedRow.objects.select_related("source")
+    if scope is not None:
+        rows = rows.filter(source__gateway_id=scope)
+    return list(rows.order_by("-last_seen_at", "-pk")[:limit])
 
 
 def _never_started(configured: ConfiguredSource, path: str) -> dict[str, Any]:
@@ -177,4 +209,7 @@ def _never_started(configured: ConfiguredSource, path: str) -> dict[str, Any]:
         "follower": "",
         "schema_version": "",
         "opensquilla_version": "",
+        "source_id": None,
+        "skipped": [],
+        "skipped_total": 0,
     }

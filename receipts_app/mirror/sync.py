@@ -32,7 +32,13 @@ from ..importer.files import copy_planned, plan_copies, plan_named_copies
 from ..importer.rows import FileFacts, ReceiptChange
 from ..importer.source import CHUNK, Fingerprint, SourceDatabase
 from ..models import MemoryDurableReceipt
-from .models import MirroredReceipt, MirroredSession, MirroredTranscript, MirrorSource
+from .models import (
+    MirroredReceipt,
+    MirroredSession,
+    MirroredTranscript,
+    MirrorSkippedRow,
+    MirrorSource,
+)
 
 log = logging.getLogger("receipts_app.mirror")
 
@@ -174,6 +180,7 @@ class SyncPass:
         # fingerprint of the entries this pass applied (docs/MIRROR.md "Edited messages").
         self.touched: set[str] = set()
         self.applied_entries: dict[str, Fingerprint] = {}
+        self._skipped_recorded = 0
 
     def run(self) -> PassResult:
         start = MirrorSource.objects.get(pk=self.source_id)
@@ -197,12 +204,39 @@ class SyncPass:
             if tuple(getattr(src, name) for name in cursor_fields) != expected:
                 raise CursorMoved
             apply(src)
+            self._record_skipped(src)
             position = max(expected, new_position)
             for name, value in zip(cursor_fields, position, strict=True):
                 setattr(src, name, value)
             src.heartbeat_at = now_ms()
             src.save(update_fields=[*cursor_fields, "lease_owner", "lease_until", "heartbeat_at"])
         return position
+
+    def _record_skipped(self, src: MirrorSource) -> None:
+        """Keep each row the batch skipped (in the batch's transaction, with the cursor that
+        moves past it): the overview counts them, the liveness page lists them."""
+        skipped = self.result.report.skipped_rows[self._skipped_recorded :]
+        self._skipped_recorded += len(skipped)
+        now = now_ms()
+        for row in skipped:
+            MirrorSkippedRow.objects.update_or_create(
+                source=src,
+                kind=row.kind,
+                source_rowid=row.rowid,
+                defaults={
+                    "reason": row.reason[:200],
+                    "detail": row.detail,
+                    "name": row.name,
+                    "last_seen_at": now,
+                },
+                create_defaults={
+                    "reason": row.reason[:200],
+                    "detail": row.detail,
+                    "name": row.name,
+                    "first_seen_at": now,
+                    "last_seen_at": now,
+                },
+            )
 
     def _tick(self, stage: str, done: int) -> None:
         if self.progress is not None:

@@ -169,6 +169,30 @@ def test_liveness_shows_each_supervised_process_and_its_restarts(viewer, setting
     assert "stopped" in beat_row
 
 
+def test_liveness_shows_a_web_instance_restarting_while_the_other_runs(viewer, settings, tmp_path):
+    import json
+
+    from opensquilla_site.gentle_stop import STATUS_FOLDER
+
+    settings.VAR_DIR = tmp_path
+    folder = tmp_path / STATUS_FOLDER
+    folder.mkdir(parents=True)
+    now = timeutil.now_ms()
+    killed = {"code": -9, "text": "signal SIGKILL", "at": now - 60_000, "instance": 1}
+    instances = [
+        {"number": 1, "pid": None, "state": "restarting", "restarts": 1, "last_exit": killed},
+        {"number": 2, "pid": os.getpid(), "state": "running", "restarts": 0, "last_exit": None},
+    ]
+    web = {"name": "web", "state": "restarting", "restarts": 1, "last_exit": killed}
+    web.update(supervisor_pid=os.getpid(), started_at=now - 120_000, instances=instances)
+    (folder / "web.json").write_text(json.dumps(web))
+
+    html = viewer.get(URL).content.decode()
+    web_row = html[html.index("<td><code>web</code></td>") :].split("</tr>")[0]
+    assert "restarting" in web_row and "1 of 2 instances running" in web_row
+    assert "signal SIGKILL, 1 min ago" in web_row
+
+
 def test_liveness_without_supervised_processes_says_who_reports_restarts(
     viewer, settings, tmp_path
 ):

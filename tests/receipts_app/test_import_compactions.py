@@ -77,3 +77,65 @@ def test_imported_degraded_compaction_is_repaired_and_stays_repaired(
     import_opensquilla(db_path=db, workspace=None)
     assert CompactionSummary.objects.get().flush_receipt_status == "repaired"
     assert CompactedTranscriptEntry.objects.count() == 2
+
+
+def test_compaction_rows_with_a_control_character_in_a_key_are_skipped_and_reported(
+    golden_dir, tmp_path
+):
+    db = _with_degraded_compaction(golden_dir, tmp_path)
+    conn = sqlite3.connect(db)
+    with conn:
+        (session_id,) = conn.execute(
+            "SELECT session_id FROM sessions WHERE session_key = ?", (SESSION_KEY,)
+        ).fetchone()
+        bad = [  # (session_key, session_id, compaction_id): one control character each
+            ("agent:main:webchat:x\nsecond-line", session_id, "cmp-key"),
+            (SESSION_KEY, "sid\r\nSet-Cookie: x=y", "cmp-sid"),
+            (SESSION_KEY, session_id, "cmp\x00nul"),
+        ]
+        for index, (key, sid, cid) in enumerate(bad, start=2):
+            conn.execute(
+                "INSERT INTO session_summaries (session_id, session_key, compaction_index,"
+                " compaction_id, trigger_reason, summary_text, removed_count, kept_count,"
+                " flush_receipt_status, covered_through_id, created_at)"
+                " VALUES (?, ?, ?, ?, 'preflight', 'summary', 1, 1,"
+                " 'degraded_forensic', 9, 1700000000000)",
+                (sid, key, index, cid),
+            )
+            conn.execute(
+                "INSERT INTO compacted_transcript_entries (session_id, session_key,"
+                " compaction_id, compaction_index, original_entry_id, message_id, role,"
+                " content, created_at, archived_at)"
+                " VALUES (?, ?, ?, ?, 8, 'm8', 'user', 'text', 1700000000000, 1700000000500)",
+                (sid, key, cid, index),
+            )
+    conn.close()
+
+    report = import_opensquilla(db_path=db, workspace=None)
+
+    # Only the good compaction and its two pre-image entries are stored.
+    assert list(CompactionSummary.objects.values_list("compaction_id", flat=True)) == ["cmp-1"]
+    assert set(CompactedTranscriptEntry.objects.values_list("compaction_id", flat=True)) == {
+        "cmp-1"
+    }
+    assert CompactedTranscriptEntry.objects.count() == 2
+    assert report.compactions_skipped == 6
+    assert "compactions: 6 skipped" in report.summary_lines()
+    warnings = [w for w in report.warnings if w.startswith("compact")]
+    assert len(warnings) == 6 and all(w.endswith("not imported") for w in warnings)
+    assert any(
+        w.startswith("compaction summary at source rowid")
+        and "session_key must not contain control characters" in w
+        and "U+000A" in w
+        for w in warnings
+    )
+    assert any("session_id must not contain" in w and "U+000D" in w for w in warnings)
+    assert any(
+        w.startswith("compacted transcript entry") and "compaction_id must not contain" in w
+        for w in warnings
+    )
+
+    # Again: skipped again, nothing stored, nothing fails.
+    again = import_opensquilla(db_path=db, workspace=None)
+    assert again.compactions_skipped == 6
+    assert CompactionSummary.objects.count() == 1

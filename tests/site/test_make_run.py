@@ -179,3 +179,72 @@ def test_gentle_stop_keeps_the_listening_socket_so_a_restart_refuses_no_connecti
     finally:
         os.killpg(wrapper.pid, signal.SIGINT)
     assert wrapper.wait(timeout=30) == 0
+
+
+SERVE_FOREVER = """
+import os, signal, socket, sys
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+listener = socket.socket(fileno=3)
+while True:
+    connection, _ = listener.accept()
+    connection.sendall(b"instance %s of %s" % (
+        os.environ["OPENSQUILLA_INSTANCE"].encode(), os.environ["OPENSQUILLA_INSTANCES"].encode()
+    ))
+    connection.close()
+"""
+
+
+def test_gentle_stop_runs_instances_on_one_socket_and_restarts_each_on_its_own(tmp_path):
+    import json
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    wrapper = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        [sys.executable, "-m", "opensquilla_site.gentle_stop", "--restart", "web"]
+        + ["--instances", "2", "--listen", f"127.0.0.1:{port}"]
+        + [sys.executable, "-c", SERVE_FOREVER],
+        cwd=REPO,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), "OPENSQUILLA_VAR_DIR": str(tmp_path)},
+    )
+    status_file = tmp_path / "run" / "processes" / "web.json"
+
+    def status() -> dict:
+        try:
+            return json.loads(status_file.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def ask() -> str:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
+            return client.recv(100).decode()
+
+    try:
+        deadline = time.monotonic() + 30
+        while status().get("state") != "running":
+            assert time.monotonic() < deadline, status()
+            time.sleep(0.05)
+        first = status()
+        assert [i["number"] for i in first["instances"]] == [1, 2]
+        answers = {ask() for _ in range(40)}
+        assert answers <= {"instance 1 of 2", "instance 2 of 2"}
+        os.kill(first["instances"][0]["pid"], signal.SIGKILL)
+        # While instance 1 waits for its restart, instance 2 answers every connection.
+        while status().get("instances", [{}])[0].get("state") != "restarting":
+            assert time.monotonic() < deadline + 30, status()
+            time.sleep(0.02)
+        assert ask() == "instance 2 of 2"
+        while status().get("state") != "running":
+            assert time.monotonic() < deadline + 60, status()
+            time.sleep(0.05)
+        record = status()
+        assert record["restarts"] == 1
+        assert [i["restarts"] for i in record["instances"]] == [1, 0]
+        assert record["instances"][1]["pid"] == first["instances"][1]["pid"]  # untouched
+        assert record["last_exit"]["text"] == "signal SIGKILL"
+    finally:
+        os.killpg(wrapper.pid, signal.SIGINT)
+    assert wrapper.wait(timeout=30) == 0
+    assert status()["state"] == "stopped"
