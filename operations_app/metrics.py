@@ -20,11 +20,14 @@ from prometheus_client.registry import Collector
 
 from opensquilla_site import timeutil
 from receipts_app.counts import receipt_counts
+from receipts_app.mirror.gap import gap_counts
+from receipts_app.selectors import ReceiptFilter, filter_receipts
 
 from . import counters, heartbeats
+from .gateway_link.states import LinkState
 from .ledger_state import agent_signals
 from .mirror import mirror_views
-from .models import TaskStat
+from .models import GatewayLink, GatewayMemoryVerdict, TaskStat
 from .queues import queue_depths
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -142,6 +145,63 @@ def _liveness_metrics() -> Iterator[Metric]:
         yield lag
 
 
+def _gateway_link_metrics(now: int) -> Iterator[Metric]:
+    """The gateway link's stored readings and the gap: three queries, and one when no
+    gateway is linked (docs/MIRROR.md#gateway-link)."""
+    links = list(GatewayLink.objects.order_by("gateway_id"))
+    if not links:
+        return
+    state = GaugeMetricFamily(
+        "opensquilla_gateway_link_state",
+        "1 for the state of each linked gateway's last reading (ok, unreachable, timeout, "
+        "token_refused, guest, forbidden, unknown_method, protocol_unsupported, ...), else 0.",
+        labels=["gateway", "state"],
+    )
+    age = GaugeMetricFamily(
+        "opensquilla_gateway_link_age_seconds",
+        "Seconds since each linked gateway was last asked.",
+        labels=["gateway"],
+    )
+    for link in links:
+        for s in LinkState:
+            state.add_metric([link.gateway_id, s.value], 1.0 if link.state == s.value else 0.0)
+        age.add_metric([link.gateway_id], max(0, now - link.checked_at) / 1000)
+    yield from (state, age)
+    backlog = GaugeMetricFamily(
+        "opensquilla_gateway_repair_backlog",
+        "The repair backlog each gateway itself reports per agent (doctor.memory.status), "
+        "as last answered.",
+        labels=["gateway", "agent"],
+    )
+    safety = GaugeMetricFamily(
+        "opensquilla_gateway_memory_safety_error",
+        "1 when the gateway itself last said the agent's memory safety is not ok.",
+        labels=["gateway", "agent"],
+    )
+    gap = GaugeMetricFamily(
+        "opensquilla_gateway_memory_gap",
+        "Mirrored receipts the gateway and this console count differently (open on one side, "
+        "resolved on the other), per gateway and agent.",
+        labels=["gateway", "agent"],
+    )
+    gaps = gap_counts(filter_receipts(ReceiptFilter(gap="any")))
+    linked = {link.gateway_id for link in links}
+    verdicts = list(
+        GatewayMemoryVerdict.objects.filter(gateway_id__in=linked).order_by(
+            "gateway_id", "agent_id"
+        )
+    )
+    for v in verdicts:
+        if v.answered_at is None:
+            continue
+        backlog.add_metric([v.gateway_id, v.agent_id], v.repair_backlog_count or 0)
+        safety.add_metric([v.gateway_id, v.agent_id], 0.0 if v.memory_safety == "ok" else 1.0)
+    agents = {(v.gateway_id, v.agent_id) for v in verdicts} | {k for k in gaps if k[0] in linked}
+    for gateway, agent in sorted(agents):
+        gap.add_metric([gateway, agent], gaps.get((gateway, agent), {}).get("total", 0))
+    yield from (backlog, safety, gap)
+
+
 class OpensquillaCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         now = timeutil.now_ms()
@@ -149,6 +209,7 @@ class OpensquillaCollector(Collector):
         yield from _counter_metrics()
         yield from _task_metrics()
         yield from _liveness_metrics()
+        yield from _gateway_link_metrics(now)
 
 
 def render_metrics() -> bytes:

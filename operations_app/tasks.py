@@ -57,3 +57,12 @@ def prune_embedded_broker() -> int:
     if not embedded_broker.is_embedded(settings.CELERY_BROKER_URL):
         return 0
     return embedded_broker.prune_delivered(settings.CELERY_BROKER_URL)
+
+
+@shared_task(soft_time_limit=240, time_limit=300, ignore_result=True)
+def read_gateway_links() -> dict[str, str]:
+    """Ask every linked gateway for its memory verdict and store it (never raises for a
+    gateway: each failure is the link's stored state)."""
+    from .gateway_link.service import refresh_gateway_links
+
+    return refresh_gateway_links().states
