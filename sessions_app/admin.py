@@ -46,6 +46,8 @@ class GatewayAdmin(admin.ModelAdmin):
         ),
     )
     search_fields = ("=name", "display_name")
+    # Shown read-only as dates (with_dates below), so they are not form fields.
+    exclude = ("created_at", "last_seen_at")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         # Everything but the display name and the link; times as dates (django-stubs types this

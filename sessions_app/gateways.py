@@ -96,7 +96,7 @@ def rpc_ws_url(address: str) -> str:
         port = parts.port
     except ValueError as exc:
         raise ValueError(f"not a gateway address: {address!r} (bad port)") from exc
-    if scheme not in {"ws", "wss"} or not parts.hostname:
+    if scheme not in {"ws", "wss"} or not parts.hostname or any(c.isspace() for c in text):
         raise ValueError(f"not a gateway address: {address!r}")
     # A bare or plain address means the gateway itself (port 18791); TLS means a proxy on 443.
     netloc = parts.netloc if port or scheme == "wss" else f"{parts.netloc}:{DEFAULT_RPC_PORT}"
