@@ -27,7 +27,7 @@ from . import counters, heartbeats
 from .gateway_link.states import LinkState
 from .ledger_state import agent_signals
 from .mirror import mirror_views
-from .models import GatewayLink, GatewayMemoryVerdict, TaskStat
+from .models import GatewayMemoryVerdict, TaskStat
 from .queues import queue_depths
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -146,11 +146,14 @@ def _liveness_metrics() -> Iterator[Metric]:
 
 
 def _gateway_link_metrics(now: int) -> Iterator[Metric]:
-    """The gateway link's stored readings and the gap: three queries, and one when no
-    gateway is linked (docs/MIRROR.md#gateway-link)."""
-    links = list(GatewayLink.objects.order_by("gateway_id"))
-    if not links:
+    """The gateway link's stored readings and the gap: one query when no gateway is linked,
+    two when some are (docs/MIRROR.md#gateway-link)."""
+    verdicts = list(
+        GatewayMemoryVerdict.objects.select_related("gateway").order_by("gateway_id", "agent_id")
+    )
+    if not verdicts:
         return
+    links = {v.gateway_id: v.gateway for v in verdicts}
     state = GaugeMetricFamily(
         "opensquilla_gateway_link_state",
         "1 for the state of each linked gateway's last reading (ok, unreachable, timeout, "
@@ -162,10 +165,10 @@ def _gateway_link_metrics(now: int) -> Iterator[Metric]:
         "Seconds since each linked gateway was last asked.",
         labels=["gateway"],
     )
-    for link in links:
+    for name, link in sorted(links.items()):
         for s in LinkState:
-            state.add_metric([link.gateway_id, s.value], 1.0 if link.state == s.value else 0.0)
-        age.add_metric([link.gateway_id], max(0, now - link.checked_at) / 1000)
+            state.add_metric([name, s.value], 1.0 if link.state == s.value else 0.0)
+        age.add_metric([name], max(0, now - link.checked_at) / 1000)
     yield from (state, age)
     backlog = GaugeMetricFamily(
         "opensquilla_gateway_repair_backlog",
@@ -185,18 +188,12 @@ def _gateway_link_metrics(now: int) -> Iterator[Metric]:
         labels=["gateway", "agent"],
     )
     gaps = gap_counts(filter_receipts(ReceiptFilter(gap="any")))
-    linked = {link.gateway_id for link in links}
-    verdicts = list(
-        GatewayMemoryVerdict.objects.filter(gateway_id__in=linked).order_by(
-            "gateway_id", "agent_id"
-        )
-    )
     for v in verdicts:
         if v.answered_at is None:
             continue
         backlog.add_metric([v.gateway_id, v.agent_id], v.repair_backlog_count or 0)
         safety.add_metric([v.gateway_id, v.agent_id], 0.0 if v.memory_safety == "ok" else 1.0)
-    agents = {(v.gateway_id, v.agent_id) for v in verdicts} | {k for k in gaps if k[0] in linked}
+    agents = {(v.gateway_id, v.agent_id) for v in verdicts} | {k for k in gaps if k[0] in links}
     for gateway, agent in sorted(agents):
         gap.add_metric([gateway, agent], gaps.get((gateway, agent), {}).get("total", 0))
     yield from (backlog, safety, gap)

@@ -300,8 +300,10 @@ class GatewayMemoryVerdict(models.Model):
     ``read_at`` is the last attempt, ``answered_at`` the last answer: on a failed attempt the
     numbers of the last answer are kept and ``state`` says why there is no newer one."""
 
+    # The gateway's link row (its primary key is the gateway's name, so ``gateway_id`` reads
+    # as the gateway): a page reads verdicts and their link in one query.
     gateway = models.ForeignKey(
-        "sessions_app.Gateway", on_delete=models.CASCADE, related_name="+", db_index=False
+        GatewayLink, on_delete=models.CASCADE, related_name="verdicts", db_index=False
     )
     agent_id = models.CharField(max_length=64)
     read_at = models.BigIntegerField(default=now_ms)

@@ -56,7 +56,9 @@ def agents_of(gateway: Gateway) -> list[str]:
     agents = {DEFAULT_AGENT}
     agents.update(r.agent_id for r in receipt_counts() if r.gateway_id == gateway.name)
     agents.update(
-        GatewayMemoryVerdict.objects.filter(gateway=gateway).values_list("agent_id", flat=True)
+        GatewayMemoryVerdict.objects.filter(gateway_id=gateway.name).values_list(
+            "agent_id", flat=True
+        )
     )
     return sorted(a for a in agents if a)
 
@@ -79,7 +81,11 @@ def refresh_gateway_links(*, timeout: float | None = None) -> RefreshSummary:
         # The gateways linked in the admin are still read; the log says what is wrong.
         out.config_error = str(exc)
         logger.error("gateway link configuration: %s", exc)
-    for gateway in linked_gateways():
+    gateways = linked_gateways()
+    # A gateway whose address was removed is no longer linked: its readings go with it.
+    names = [g.name for g in gateways]
+    GatewayLink.objects.exclude(gateway_id__in=names).delete()  # verdicts cascade
+    for gateway in gateways:
         try:
             out.states[gateway.name] = refresh_gateway(gateway, timeout=timeout).state
         except Exception as exc:  # noqa: BLE001 - one gateway must not stop the others
@@ -183,7 +189,9 @@ def _store_verdict(
         values.update(
             state=failed.state.value, message=failed.message, error_code=failed.code or ""
         )
-    GatewayMemoryVerdict.objects.update_or_create(gateway=gateway, agent_id=agent, defaults=values)
+    GatewayMemoryVerdict.objects.update_or_create(
+        gateway_id=gateway.name, agent_id=agent, defaults=values
+    )
 
 
 # --- asking the gateway to run its due repairs --------------------------------------------

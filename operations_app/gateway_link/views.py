@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opensquilla_site.timeutil import duration_text, now_ms
-from receipts_app.counts import receipt_counts
+from receipts_app.counts import CountRow, receipt_counts
 from receipts_app.mirror.gap import gap_counts
 from receipts_app.selectors import ReceiptFilter, filter_receipts
 from receipts_app.statuses import (
@@ -120,11 +120,14 @@ def _plural(n: int, noun: str, suffix: str = "") -> str:
     return f"{text} {suffix}" if suffix else text
 
 
-def agent_link_views(agent_id: str | None = None) -> list[AgentLinkView]:
+def agent_link_views(
+    agent_id: str | None = None, counts: list[CountRow] | None = None
+) -> list[AgentLinkView]:
     """Every linked gateway's stored verdict per agent (one agent's with ``agent_id``), in the
-    gateway an edge chose or all of them. No linked gateway: one query, no more."""
+    gateway an edge chose or all of them: the verdicts with their links (one query), then,
+    when there are any, our counts (unless the caller read them: ``counts``) and the gap."""
     scope = gateway_scope()
-    verdicts = GatewayMemoryVerdict.objects.all()
+    verdicts = GatewayMemoryVerdict.objects.select_related("gateway")
     if scope is not None:
         verdicts = verdicts.filter(gateway_id=scope)
     if agent_id is not None:
@@ -132,19 +135,13 @@ def agent_link_views(agent_id: str | None = None) -> list[AgentLinkView]:
     rows = list(verdicts.order_by("gateway_id", "agent_id"))
     if not rows:
         return []
-    links = {
-        link.gateway_id: link
-        for link in GatewayLink.objects.filter(gateway_id__in={v.gateway_id for v in rows})
-    }
-    counts = receipt_counts()
+    counts = receipt_counts() if counts is None else counts
     gap_base = ReceiptFilter(gap="any", gateway=scope, agent=agent_id)
     gaps = gap_counts(filter_receipts(gap_base))
     now = now_ms()
     out = []
     for v in rows:
-        link = links.get(v.gateway_id)
-        if link is None:
-            continue
+        link = v.gateway
         mine = [r for r in counts if r.gateway_id == v.gateway_id and r.agent_id == v.agent_id]
         g = gaps.get((v.gateway_id, v.agent_id), {})
         base = ReceiptFilter(gateway=v.gateway_id, agent=v.agent_id or None)

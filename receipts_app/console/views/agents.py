@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from opensquilla_site.timeutil import now_ms
 from operations_app.gateway_link.service import RepairRunRefused, run_gateway_repairs
+from operations_app.gateway_link.views import agent_link_views
 from sessions_app.gateways import gateway_scope
 from sessions_app.keys import normalize_agent_id
 
@@ -40,6 +41,8 @@ def agent_detail(request: HtmxHttpRequest, agent_id: str) -> HttpResponse:
         "health": health,
         "gateway": gateway_scope(),
         "receipt_total": sum(r.count for r in rows if r.agent_id == agent),
+        "gateway_rows": agent_link_views(agent, rows),
+        "is_admin": console_role(request.user) == "admin",
     }
     return render_page(request, "console/agent_detail.html", context)
 
@@ -52,7 +55,7 @@ def agent_gateway_repairs(request: HtmxHttpRequest, agent_id: str) -> HttpRespon
     if console_role(request.user) != "admin":
         return render_error(
             request,
-            "Only an admin may ask a gateway to run repairs.",
+            "Your role does not allow this: only an admin may ask a gateway to run its repairs.",
             status=403,
             title="Not allowed",
         )

@@ -84,6 +84,19 @@ def admin() -> Client:
     return _client_for("admin", "ada")
 
 
+def overview_panel(client: Client) -> str:
+    """The overview's gateway panel as the browser gets it: the overview names the panel's
+    URL (loaded once the page has rendered), and that URL answers with the panel."""
+    overview = client.get(reverse("receipts:overview"))
+    assert overview.status_code == 200
+    url = re.search(r'class="gateway-link-slot" hx-get="([^"]+)"', overview.content.decode()).group(
+        1
+    )
+    panel = client.get(html.unescape(url), HTTP_HX_REQUEST="true")
+    assert panel.status_code == 200
+    return panel.content.decode()
+
+
 def test_the_beat_task_stores_the_gateways_verdict_and_pages_show_it_beside_ours(
     gateway, ledger, operator, monkeypatch
 ) -> None:
@@ -106,7 +119,7 @@ def test_the_beat_task_stores_the_gateways_verdict_and_pages_show_it_beside_ours
     assert (verdict.pending_repair_count, verdict.raw_fallback_count) == (1, 2)
     assert verdict.payload["semanticMemory"]["repairBacklogCount"] == 3
 
-    page = operator.get(reverse("receipts:overview")).content.decode()
+    page = overview_panel(operator)
     assert "gateway says: error, 3 repairs queued, 1 pending repair, 1 repair failure" in page
     assert "here: 1 acknowledged by an operator, 1 at risk" in page
     assert "s3cret-token" not in page
@@ -140,7 +153,11 @@ def test_pages_read_the_stored_verdict_and_never_connect(gateway, ledger, operat
     read_gateway_links()
     connects = len(script.connect_params)
 
-    for url in (reverse("receipts:overview"), reverse("receipts:agent", args=["main"])):
+    for url in (
+        reverse("receipts:overview"),
+        reverse("operations:gateway_link"),
+        reverse("receipts:agent", args=["main"]),
+    ):
         assert operator.get(url).status_code == 200
 
     assert len(script.connect_params) == connects
@@ -237,9 +254,7 @@ def test_each_failure_is_one_stored_state_with_its_message(
     assert stored.state == state
     assert words in stored.message
     assert GatewayMemoryVerdict.objects.get(gateway_id=NAME, agent_id="main").state == state
-    page = operator.get(reverse("receipts:overview"))
-    assert page.status_code == 200
-    body = page.content.decode()
+    body = overview_panel(operator)
     assert f'link-state bad">{state}<' in body
     assert words in body
     assert "gateway says: nothing yet" in body
@@ -262,7 +277,7 @@ def test_an_unreachable_gateway_keeps_the_last_answer_with_its_age(
         "error",
         3,
     )
-    body = operator.get(reverse("receipts:overview")).content.decode()
+    body = overview_panel(operator)
     assert "the gateway cannot be reached" in body
     assert "gateway says: error, 3 repairs queued" in body
     assert "(last answer" in body
@@ -394,6 +409,31 @@ def test_no_repair_run_without_admin_scope_or_the_method(gateway, ledger, admin,
     assert operator.post(run_url).status_code == 403
     assert not any(method == "memory.repair.run" for method, _ in script.calls)
     assert not ReceiptEvent.objects.filter(action="gateway_repair_run").exists()
+
+
+def test_without_a_linked_gateway_the_panel_is_empty(ledger, operator) -> None:
+    assert overview_panel(operator).strip() == ""
+    assert (
+        "gateway's own view"
+        not in operator.get(reverse("receipts:agent", args=["main"])).content.decode()
+    )
+
+
+def test_the_panel_is_scoped_to_the_overviews_gateway(gateway, ledger, operator) -> None:
+    address, script = gateway
+    script.answers["doctor.memory.status"] = status_answer
+    link(address)
+    read_gateway_links()
+
+    scoped = operator.get(reverse("receipts:overview") + "?gateway=local").content.decode()
+    assert "/operations/gateway-link/?gateway=local" in scoped
+    panel = operator.get(reverse("operations:gateway_link") + "?gateway=local")
+    assert panel.content.decode().strip() == ""
+    assert (
+        NAME
+        in operator.get(reverse("operations:gateway_link") + f"?gateway={NAME}").content.decode()
+    )
+    assert operator.get(reverse("operations:gateway_link") + "?gateway=Bad Name").status_code == 400
 
 
 def test_the_gap_filter_is_refused_with_a_message_for_nonsense(operator) -> None:

@@ -26,6 +26,7 @@ from receipts_app.requeue import acknowledge_receipt
 from sessions_app.gateways import Gateway, ensure_gateway
 from tests.console.conftest import _client_for
 
+from .test_link_wiring import overview_panel
 from .test_reference_gateway import TOKEN, gateway, written  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.reference, pytest.mark.django_db]
@@ -72,7 +73,7 @@ def test_the_console_shows_the_real_gateways_view_the_gap_and_the_repair_run(
     assert (verdict.memory_safety, verdict.repair_backlog_count) == ("error", 1)
 
     operator = _client_for("operator", "otto")
-    page = operator.get(reverse("receipts:overview")).content.decode()
+    page = overview_panel(operator)
     assert "gateway says: error, 1 repair queued, 0 pending repairs" in page
     assert "here: 1 acknowledged by an operator" in page
     assert "OpenSquilla 0.3.0" in page
