@@ -42,11 +42,11 @@ def _mirrored() -> QuerySet[MirroredReceipt]:
 
 def gap_q(side: str | None = None) -> Q:
     """Receipts in the gap (``side``: only those open at the ``gateway`` or ``here``)."""
-    gateway_open = ~Q(status__in=OPEN_STATUSES) & Exists(
-        _mirrored().filter(source_status__in=OPEN_STATUSES)
+    gateway_open = ~Q(status__in=OPEN_STATUSES) & Q(
+        Exists(_mirrored().filter(source_status__in=OPEN_STATUSES))
     )
-    here_open = Q(status__in=OPEN_STATUSES) & Exists(
-        _mirrored().exclude(source_status__in=OPEN_STATUSES)
+    here_open = Q(status__in=OPEN_STATUSES) & Q(
+        Exists(_mirrored().exclude(source_status__in=OPEN_STATUSES))
     )
     if side == "gateway":
         return gateway_open

@@ -14,7 +14,9 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from operations_app.alerts.conditions import Snapshot, firing_subjects
@@ -440,3 +442,26 @@ def test_the_gap_filter_is_refused_with_a_message_for_nonsense(operator) -> None
     response = operator.get(reverse("receipts:list") + "?gap=sideways")
     assert response.status_code == 400
     assert "gap must be true (any), gateway or here" in response.content.decode()
+
+
+def test_a_scrape_reads_the_link_in_the_same_queries_for_one_gateway_as_for_three(
+    gateway, ledger, read_token
+) -> None:
+    address, script = gateway
+    script.answers["doctor.memory.status"] = status_answer
+    link(address)
+    read_gateway_links()
+    client = Client()
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {read_token}"}
+    client.get(reverse("metrics"), **headers)  # stamps the token's last use
+    with CaptureQueriesContext(connection) as one:
+        client.get(reverse("metrics"), **headers)
+    for name in ("gw-b", "gw-c"):
+        ensure_gateway(name)
+        Gateway.objects.filter(name=name).update(rpc_address=address)
+    read_gateway_links()
+    with CaptureQueriesContext(connection) as three:
+        text = client.get(reverse("metrics"), **headers).content.decode()
+
+    assert 'opensquilla_gateway_link_state{gateway="gw-c",state="ok"} 1.0' in text
+    assert len(three.captured_queries) == len(one.captured_queries)
