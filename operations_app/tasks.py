@@ -63,6 +63,12 @@ def prune_embedded_broker() -> int:
 def read_gateway_links() -> dict[str, str]:
     """Ask every linked gateway for its memory verdict and store it (never raises for a
     gateway: each failure is the link's stored state)."""
+    import logging
+
     from .gateway_link.service import refresh_gateway_links
 
-    return refresh_gateway_links().states
+    try:
+        return refresh_gateway_links().states
+    except Exception as exc:  # noqa: BLE001 - e.g. the database itself: logged, next run retries
+        logging.getLogger(__name__).exception("the gateway link readings could not run")
+        return {"error": type(exc).__name__}

@@ -10,10 +10,12 @@ from __future__ import annotations
 import html
 import re
 import socket
+from io import StringIO
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -465,3 +467,39 @@ def test_a_scrape_reads_the_link_in_the_same_queries_for_one_gateway_as_for_thre
 
     assert 'opensquilla_gateway_link_state{gateway="gw-c",state="ok"} 1.0' in text
     assert len(three.captured_queries) == len(one.captured_queries)
+
+
+def test_import_opensquilla_links_the_gateway_it_imports(golden_dir, tmp_path, settings) -> None:
+    settings.OPENSQUILLA_CHECKPOINT_WORKSPACE = str(tmp_path / "ours")
+    settings.OPENSQUILLA_MEMORY_WORKSPACE = None
+    golden = golden_dir / "opensquilla-0.3.0"
+    with pytest.raises(CommandError, match="not a gateway address"):
+        call_command(
+            "import_opensquilla",
+            str(golden / "sessions.db"),
+            "--gateway",
+            "gw-cli",
+            "--rpc-address",
+            "ftp://nowhere",
+            "--no-progress",
+        )
+    assert not Gateway.objects.filter(name="gw-cli").exists()  # refused before any work
+
+    call_command(
+        "import_opensquilla",
+        str(golden / "sessions.db"),
+        "--workspace",
+        str(golden / "workspace"),
+        "--gateway",
+        "gw-cli",
+        "--rpc-address",
+        "10.0.0.7:18791",
+        "--rpc-token-env",
+        "GW_CLI_TOKEN",
+        "--no-progress",
+        stdout=StringIO(),
+        stderr=StringIO(),
+    )
+
+    stored = Gateway.objects.get(name="gw-cli")
+    assert (stored.rpc_address, stored.rpc_token_env) == ("10.0.0.7:18791", "GW_CLI_TOKEN")
