@@ -7,6 +7,7 @@ a ``res`` error, then ``res`` answers with ``tick`` events in between); tests ch
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -14,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.server import ServerConnection, serve
 
 ADMIN = {"role": "operator", "scopes": ["operator.admin"], "authState": "authenticated"}
@@ -50,7 +52,8 @@ def scripted_gateway() -> Iterator[tuple[str, Script]]:
 
     def handler(ws: ServerConnection) -> None:
         if not script.send_challenge:
-            ws.recv()  # hold the connection open, never challenge
+            with contextlib.suppress(ConnectionClosed):
+                ws.recv()  # hold the connection open, never challenge
             return
         ws.send(
             json.dumps({"type": "event", "event": "connect.challenge", "payload": {"nonce": "n"}})
