@@ -81,7 +81,7 @@ def using_gateway(name: str | None) -> Iterator[str]:
 # --- the link to its RPC ------------------------------------------------------------------
 
 DEFAULT_RPC_PORT = 18791
-TOKEN_ENV_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+ENV_VAR_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
 def rpc_ws_url(address: str) -> str:
@@ -152,7 +152,7 @@ class Gateway(models.Model):
         blank=True,
         default="",
         validators=[
-            RegexValidator(TOKEN_ENV_PATTERN, "an environment variable name: letters, digits, _")
+            RegexValidator(ENV_VAR_NAME_PATTERN, "an environment variable name: letters, digits, _")
         ],
         help_text="the environment variable holding the gateway's token (never the token "
         "itself); empty: OPENSQUILLA_GATEWAY_TOKEN_<NAME>",

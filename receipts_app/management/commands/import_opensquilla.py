@@ -19,7 +19,7 @@ from receipts_app.management import cli
 from receipts_app.mirror.follower import build_follower, stop_on_signals
 from sessions_app.gateways import (
     DEFAULT_GATEWAY,
-    TOKEN_ENV_PATTERN,
+    ENV_VAR_NAME_PATTERN,
     GatewayNameError,
     ensure_gateway,
     validate_gateway_name,
@@ -135,7 +135,7 @@ class Command(BaseCommand):
         link = {"rpc_address": address, "rpc_token_env": token_env or ""}
         try:
             validate_rpc_address(address)
-            RegexValidator(TOKEN_ENV_PATTERN)(link["rpc_token_env"] or "X")
+            RegexValidator(ENV_VAR_NAME_PATTERN)(link["rpc_token_env"] or "X")
         except ValidationError as exc:
             raise CommandError(f"--rpc-address/--rpc-token-env: {' '.join(exc.messages)}") from exc
         return link
