@@ -412,6 +412,18 @@ CELERY_BEAT_SCHEDULE["time-at-risk"] = {
     "task": "operations_app.tasks.track_time_at_risk",
     "schedule": 60.0,
 }
+# The gateway link (docs/MIRROR.md#gateway-link): NAME=ADDRESS entries (the admin can set
+# addresses too); each gateway's token comes from OPENSQUILLA_GATEWAY_TOKEN_<NAME> or the
+# variable its rpc_token_env names, never from the database.
+OPENSQUILLA_GATEWAY_LINKS = os.environ.get("OPENSQUILLA_GATEWAY_LINKS") or None
+OPENSQUILLA_GATEWAY_LINK_INTERVAL_SECONDS = float(
+    os.environ.get("OPENSQUILLA_GATEWAY_LINK_INTERVAL_SECONDS", "60")
+)
+OPENSQUILLA_GATEWAY_LINK_TIMEOUT = float(os.environ.get("OPENSQUILLA_GATEWAY_LINK_TIMEOUT", "5"))
+CELERY_BEAT_SCHEDULE["read-gateway-links"] = {
+    "task": "operations_app.tasks.read_gateway_links",
+    "schedule": OPENSQUILLA_GATEWAY_LINK_INTERVAL_SECONDS,
+}
 # Alert e-mail goes through Django's e-mail backend (SMTP unless EMAIL_BACKEND says otherwise).
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")

@@ -9,6 +9,7 @@ app_name = "operations"
 urlpatterns = [
     path("liveness/", console_views.liveness, name="liveness"),
     path("time-at-risk/", console_views.time_at_risk_panel, name="time_at_risk"),
+    path("gateway-link/", console_views.gateway_link_panel, name="gateway_link"),
     path("alerts/", console_views.alert_list, name="alerts"),
     path("alerts/new/", console_views.alert_edit, name="alert_create"),
     path("alerts/<int:rule_id>/", console_views.alert_edit, name="alert_edit"),

@@ -9,11 +9,17 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from opensquilla_site.exceptions import NotFoundError
 from receipts_app.console.helpers import VIEW_PERM, HtmxHttpRequest, console_view
-from sessions_app.gateways import Gateway
+from sessions_app.gateways import (
+    Gateway,
+    GatewayNameError,
+    using_gateway,
+    validate_gateway_name,
+)
 
 from .alerts.forms import AlertRuleForm
 from .alerts.service import send_test, store_rule
 from .alerts.validation import masked_target
+from .gateway_link.views import agent_link_views
 from .liveness import liveness_report
 from .models import AlertDelivery, AlertRule
 from .time_at_risk import time_at_risk_by_agent
@@ -43,6 +49,27 @@ def time_at_risk_panel(request: HtmxHttpRequest) -> HttpResponse:
         "show_gateway": Gateway.objects.count() > 1,
     }
     return render(request, "operations/_time_at_risk.html", context)
+
+
+@require_GET
+@console_view(VIEW_PERM)
+def gateway_link_panel(request: HtmxHttpRequest) -> HttpResponse:
+    """The overview's "gateway's own view" panel, loaded after the overview renders (its own
+    request, so the overview keeps its query budget), from the stored readings only: no
+    gateway is asked here. Empty without a linked gateway. ``?gateway=`` scopes it."""
+    name = request.GET.get("gateway") or None
+    try:
+        if name is not None:
+            validate_gateway_name(name)
+    except GatewayNameError as exc:
+        return HttpResponse(str(exc), status=400, content_type="text/plain")
+    with using_gateway(name):
+        rows = agent_link_views()
+    return render(
+        request,
+        "console/_gateway_link_panel.html",
+        {"rows": rows, "agent_page": False, "is_admin": False},
+    )
 
 
 # --- alerts (admins) ------------------------------------------------------------------------

@@ -20,11 +20,14 @@ from prometheus_client.registry import Collector
 
 from opensquilla_site import timeutil
 from receipts_app.counts import CountRow, receipt_counts
+from receipts_app.mirror.gap import gap_counts
+from receipts_app.selectors import ReceiptFilter, filter_receipts
 
 from . import counters, heartbeats
+from .gateway_link.states import LinkState
 from .ledger_state import agent_signals
 from .mirror import mirror_views
-from .models import TaskStat
+from .models import GatewayMemoryVerdict, TaskStat
 from .queues import queue_depths
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -149,6 +152,60 @@ def _liveness_metrics(gateways: set[str]) -> Iterator[Metric]:
         yield lag
 
 
+def _gateway_link_metrics(now: int) -> Iterator[Metric]:
+    """The gateway link's stored readings and the gap: one query when no gateway is linked,
+    two when some are (docs/MIRROR.md#gateway-link)."""
+    verdicts = list(
+        GatewayMemoryVerdict.objects.select_related("gateway").order_by("gateway_id", "agent_id")
+    )
+    if not verdicts:
+        return
+    links = {v.gateway_id: v.gateway for v in verdicts}
+    state = GaugeMetricFamily(
+        "opensquilla_gateway_link_state",
+        "1 for the state of each linked gateway's last reading (ok, unreachable, timeout, "
+        "token_refused, guest, forbidden, unknown_method, protocol_unsupported, ...), else 0.",
+        labels=["gateway", "state"],
+    )
+    age = GaugeMetricFamily(
+        "opensquilla_gateway_link_age_seconds",
+        "Seconds since each linked gateway was last asked.",
+        labels=["gateway"],
+    )
+    for name, link in sorted(links.items()):
+        for s in LinkState:
+            state.add_metric([name, s.value], 1.0 if link.state == s.value else 0.0)
+        age.add_metric([name], max(0, now - link.checked_at) / 1000)
+    yield from (state, age)
+    backlog = GaugeMetricFamily(
+        "opensquilla_gateway_repair_backlog",
+        "The repair backlog each gateway itself reports per agent (doctor.memory.status), "
+        "as last answered.",
+        labels=["gateway", "agent"],
+    )
+    safety = GaugeMetricFamily(
+        "opensquilla_gateway_memory_safety_error",
+        "1 when the gateway itself last said the agent's memory safety is not ok.",
+        labels=["gateway", "agent"],
+    )
+    gap = GaugeMetricFamily(
+        "opensquilla_gateway_memory_gap",
+        "Mirrored receipts the gateway and this console count differently (open on one side, "
+        "resolved on the other), per gateway and agent.",
+        labels=["gateway", "agent"],
+    )
+    gaps = gap_counts(filter_receipts(ReceiptFilter(gap="any")))
+    for v in verdicts:
+        if v.answered_at is None:
+            continue
+        backlog.add_metric([v.gateway_id, v.agent_id], v.repair_backlog_count or 0)
+        safety.add_metric([v.gateway_id, v.agent_id], 0.0 if v.memory_safety == "ok" else 1.0)
+    agents = {(v.gateway_id, v.agent_id) for v in verdicts} | {k for k in gaps if k[0] in links}
+    for gateway, agent in sorted(agents):
+        gap.add_metric([gateway, agent], gaps.get((gateway, agent), {}).get("total", 0))
+    yield from (backlog, safety, gap)
+
+
 class OpensquillaCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         now = timeutil.now_ms()
@@ -157,6 +214,7 @@ class OpensquillaCollector(Collector):
         yield from _counter_metrics()
         yield from _task_metrics()
         yield from _liveness_metrics({row.gateway_id for row in counts})
+        yield from _gateway_link_metrics(now)
 
 
 def render_metrics() -> bytes:

@@ -80,6 +80,8 @@ class AlertRule(models.Model):
     MIRROR_LAG = "mirror_lag"
     WORKER_SILENT = "worker_silent"
     BEAT_SILENT = "beat_silent"
+    GATEWAY_MEMORY_GAP = "gateway_memory_gap"
+    GATEWAY_LINK = "gateway_link"
     CONDITIONS = (
         (FAILURE_STATUS, "Receipts in a failure status (count at least N)"),
         (BACKLOG_COUNT, "Repair backlog above N receipts"),
@@ -88,6 +90,8 @@ class AlertRule(models.Model):
         (MIRROR_LAG, "Mirror lag above T seconds"),
         (WORKER_SILENT, "No worker heartbeat for T seconds"),
         (BEAT_SILENT, "No beat tick for T seconds"),
+        (GATEWAY_MEMORY_GAP, "Gateway and console disagree on at least N receipts (memory gap)"),
+        (GATEWAY_LINK, "Gateway link not ok for longer than T seconds"),
     )
     WEBHOOK = "webhook"
     SLACK = "slack"
@@ -272,3 +276,79 @@ class RiskDaily(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} {self.gateway_id}/{self.agent_id}"
+
+
+class GatewayLink(models.Model):
+    """The last time the console asked a linked gateway itself (docs/MIRROR.md#gateway-link):
+    how the link went and what the gateway said about itself. One row per linked gateway,
+    rewritten by the beat task; pages read it and never connect."""
+
+    gateway = models.OneToOneField(
+        "sessions_app.Gateway", on_delete=models.CASCADE, primary_key=True, related_name="+"
+    )
+    address = models.CharField(max_length=500, default="", blank=True)  # as asked
+    checked_at = models.BigIntegerField(default=now_ms)  # this attempt
+    ok_at = models.BigIntegerField(null=True, blank=True)  # the last attempt that got an answer
+    # Since when the link has been in a state other than ok (None while ok).
+    failing_since = models.BigIntegerField(null=True, blank=True)
+    state = models.CharField(max_length=32, default="ok")  # gateway_link.LinkState
+    message = models.TextField(default="", blank=True)
+    error_code = models.CharField(max_length=64, default="", blank=True)  # the gateway's own
+    server_version = models.CharField(max_length=64, default="", blank=True)
+    protocol = models.IntegerField(null=True, blank=True)
+    methods = models.JSONField(default=list, blank=True)
+    # The principal's scopes when the gateway names them (protocol 4); None: not said (0.3.0).
+    scopes = models.JSONField(null=True, blank=True)
+    state_dir = models.TextField(default="", blank=True)
+
+    class Meta:
+        ordering = ["gateway_id"]
+
+    def __str__(self) -> str:
+        return f"{self.gateway_id}: {self.state}"
+
+    @property
+    def can_run_repairs(self) -> bool:
+        """The gateway offers ``memory.repair.run`` and the token holds (or, where the gateway
+        does not say, may hold) ``operator.admin``."""
+        if self.state != "ok" or "memory.repair.run" not in (self.methods or []):
+            return False
+        return self.scopes is None or "operator.admin" in self.scopes
+
+
+class GatewayMemoryVerdict(models.Model):
+    """One agent's ``doctor.memory.status`` as its gateway last answered it, with the time.
+
+    ``read_at`` is the last attempt, ``answered_at`` the last answer: on a failed attempt the
+    numbers of the last answer are kept and ``state`` says why there is no newer one."""
+
+    # The gateway's link row (its primary key is the gateway's name, so ``gateway_id`` reads
+    # as the gateway): a page reads verdicts and their link in one query.
+    gateway = models.ForeignKey(
+        GatewayLink, on_delete=models.CASCADE, related_name="verdicts", db_index=False
+    )
+    agent_id = models.CharField(max_length=64)
+    read_at = models.BigIntegerField(default=now_ms)
+    answered_at = models.BigIntegerField(null=True, blank=True)
+    state = models.CharField(max_length=32, default="ok")
+    message = models.TextField(default="", blank=True)
+    error_code = models.CharField(max_length=64, default="", blank=True)
+    memory_safety = models.CharField(max_length=32, default="", blank=True)  # ok | error
+    repair_status = models.CharField(max_length=32, default="", blank=True)  # healthy | ...
+    repair_backlog_count = models.IntegerField(null=True, blank=True)
+    # Only from a deep answer: degraded compactions, their failures, raw archives on disk.
+    pending_repair_count = models.IntegerField(null=True, blank=True)
+    repair_failures = models.JSONField(default=list, blank=True)
+    raw_fallback_count = models.IntegerField(null=True, blank=True)
+    payload = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["gateway_id", "agent_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gateway", "agent_id"], name="ops_gateway_verdict_agent_uniq"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gateway_id}/{self.agent_id}: {self.state}"

@@ -57,3 +57,18 @@ def prune_embedded_broker() -> int:
     if not embedded_broker.is_embedded(settings.CELERY_BROKER_URL):
         return 0
     return embedded_broker.prune_delivered(settings.CELERY_BROKER_URL)
+
+
+@shared_task(soft_time_limit=240, time_limit=300, ignore_result=True)
+def read_gateway_links() -> dict[str, str]:
+    """Ask every linked gateway for its memory verdict and store it (never raises for a
+    gateway: each failure is the link's stored state)."""
+    import logging
+
+    from .gateway_link.service import refresh_gateway_links
+
+    try:
+        return refresh_gateway_links().states
+    except Exception as exc:  # noqa: BLE001 - e.g. the database itself: logged, next run retries
+        logging.getLogger(__name__).exception("the gateway link readings could not run")
+        return {"error": type(exc).__name__}

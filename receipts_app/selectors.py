@@ -26,6 +26,7 @@ from sessions_app.services import get_transcript
 from . import counts
 from .checkpoint import checkpoint_coverage_hash, checkpoint_turn_id
 from .ledger import due_q, list_memory_durable_receipts, literal_prefix
+from .mirror.gap import gap_q
 from .models import FailureGroupMember, MemoryDurableReceipt
 from .statuses import CHECKPOINT_SAVED, KNOWN_STATUSES
 
@@ -117,6 +118,16 @@ def _fingerprint(value: Any, errors: dict[str, str]) -> str | None:
     return text
 
 
+def _gap(value: str | None, errors: dict[str, str]) -> str | None:
+    if value is None:
+        return None
+    side = {"true": "any", "1": "any", "yes": "any", "both": "any"}.get(value.lower(), value)
+    if side not in {"any", "gateway", "here"}:
+        errors["gap"] = "gap must be true (any), gateway or here"
+        return None
+    return side
+
+
 FilterKind = Literal["many", "text", "time", "count", "flag"]
 
 
@@ -163,6 +174,14 @@ RECEIPT_FILTER_FIELDS: tuple[FilterField, ...] = (
         "with agent, scope and status, exactly the receipts the group counts",
         300,
     ),
+    FilterField(
+        "gap",
+        "text",
+        "the memory gap (docs/MIRROR.md): true, any or both: mirrored receipts the gateway "
+        "and this console count differently; gateway: open at the gateway, resolved here; "
+        "here: open here, closed at the gateway",
+        16,
+    ),
 )
 _FIELD = {f.param: f for f in RECEIPT_FILTER_FIELDS}
 
@@ -189,6 +208,8 @@ class ReceiptFilter:
     gateway: str | None = None
     # A failure group's fingerprint ("" is the group of receipts without a reason).
     fingerprint: str | None = None
+    # The memory gap (receipts_app.mirror.gap): "any", "gateway" or "here".
+    gap: str | None = None
 
     PARAMS = tuple(f.param for f in RECEIPT_FILTER_FIELDS)
 
@@ -266,6 +287,7 @@ class ReceiptFilter:
             receipt_ids=tuple(dict.fromkeys(many("receipt_id")))[: MAX_PAGE_SIZE * 2],
             gateway=gateway,
             fingerprint=_fingerprint(params.get("fingerprint"), errors),
+            gap=_gap(text("gap"), errors),
         )
         if errors:
             raise ValidationFailed("; ".join(errors.values()), extra={"fields": errors})
@@ -346,6 +368,8 @@ def filter_receipts(
         # not a reason text match: look-alike groups share text, never a fingerprint.
         members = FailureGroupMember.objects.filter(fingerprint=f.fingerprint)
         qs = qs.filter(receipt_id__in=members.values("receipt_id"))
+    if f.gap is not None:
+        qs = qs.filter(gap_q(None if f.gap == "any" else f.gap))
     return qs
 
 

@@ -30,16 +30,28 @@ def _admin_actor(request: HttpRequest) -> Actor:
 
 @admin.register(Gateway)
 class GatewayAdmin(admin.ModelAdmin):
-    """Gateways are created by imports and followers; only the display name is edited here."""
+    """Gateways are created by imports and followers; the display name and the link to the
+    gateway's RPC (its address and the *name* of the environment variable holding its token,
+    never the token) are edited here (docs/MIRROR.md#gateway-link)."""
 
     list_display = with_dates(
-        Gateway, ("name", "display_name", "opensquilla_version", "schema_version", "last_seen_at")
+        Gateway,
+        (
+            "name",
+            "display_name",
+            "opensquilla_version",
+            "schema_version",
+            "rpc_address",
+            "last_seen_at",
+        ),
     )
     search_fields = ("=name", "display_name")
+    # Shown read-only as dates (with_dates below), so they are not form fields.
+    exclude = ("created_at", "last_seen_at")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        # Everything but the display name; times as dates (django-stubs types this list as
-        # field names only, Django takes the date columns' callables too).
+        # Everything but the display name and the link; times as dates (django-stubs types this
+        # list as field names only, Django takes the date columns' callables too).
         return with_dates(
             Gateway,
             (
@@ -50,7 +62,15 @@ class GatewayAdmin(admin.ModelAdmin):
                 "last_seen_at",
                 "created_at",
             ),
-        )
+        ) + ("link_token",)
+
+    @admin.display(description="token")
+    def link_token(self, obj: Gateway) -> str:
+        # Says where the token is read from and whether this process has it; never its value.
+        if obj is None or not obj.name:
+            return "-"
+        found = "set" if obj.link_token() else "not set"
+        return f"read from ${obj.token_env_name} ({found} in this web process)"
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

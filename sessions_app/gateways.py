@@ -19,14 +19,18 @@ exactly as before: they are the ``local`` gateway's.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import wraps
 from typing import Any, Self, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
 from django.db import models
 
 from opensquilla_site.timeutil import now_ms
@@ -165,6 +169,46 @@ def no_worker_warning(name: str) -> str:
     )
 
 
+# --- the link to its RPC ------------------------------------------------------------------
+
+DEFAULT_RPC_PORT = 18791
+ENV_VAR_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+def rpc_ws_url(address: str) -> str:
+    """A gateway's RPC address as its WebSocket URL: ``host[:port]``, ``http(s)://host[:port]``
+    or ``ws(s)://host[:port][/ws]`` → ``ws(s)://host:port/ws``. Raises ``ValueError`` for an
+    address that names no host."""
+    text = address.strip()
+    if "://" not in text:
+        text = f"ws://{text}"
+    parts = urlsplit(text)
+    scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"not a gateway address: {address!r} (bad port)") from exc
+    if scheme not in {"ws", "wss"} or not parts.hostname or any(c.isspace() for c in text):
+        raise ValueError(f"not a gateway address: {address!r}")
+    # A bare or plain address means the gateway itself (port 18791); TLS means a proxy on 443.
+    netloc = parts.netloc if port or scheme == "wss" else f"{parts.netloc}:{DEFAULT_RPC_PORT}"
+    path = parts.path.rstrip("/") or "/ws"
+    return urlunsplit((scheme, netloc, path, "", ""))
+
+
+def validate_rpc_address(value: str) -> None:
+    if value:
+        try:
+            rpc_ws_url(value)
+        except ValueError as exc:
+            raise ValidationError(f"{exc}: use ws://host:port/ws (or host:port)") from exc
+
+
+def default_token_env(name: str) -> str:
+    """``OPENSQUILLA_GATEWAY_TOKEN_<NAME>``: the name upper-cased, ``-`` as ``_``."""
+    return "OPENSQUILLA_GATEWAY_TOKEN_" + re.sub(r"[^A-Z0-9_]", "_", name.upper())
+
+
 # --- the model ------------------------------------------------------------------------------
 
 
@@ -182,6 +226,28 @@ class Gateway(models.Model):
     schema_version = models.CharField(max_length=200, blank=True, default="")
     last_seen_at = models.BigIntegerField(null=True, blank=True)
     created_at = models.BigIntegerField(default=now_ms)
+    # The gateway link (docs/MIRROR.md#gateway-link): the gateway's own RPC, read on a
+    # schedule. Empty: not linked. The token is never stored: only the name of the
+    # environment variable that holds it (empty: OPENSQUILLA_GATEWAY_TOKEN_<NAME>).
+    rpc_address = models.CharField(
+        "RPC address",
+        max_length=500,
+        blank=True,
+        default="",
+        validators=[validate_rpc_address],
+        help_text="ws://host:port/ws of the gateway (host:port works too); empty: not linked",
+    )
+    rpc_token_env = models.CharField(
+        "token variable",
+        max_length=128,
+        blank=True,
+        default="",
+        validators=[
+            RegexValidator(ENV_VAR_NAME_PATTERN, "an environment variable name: letters, digits, _")
+        ],
+        help_text="the environment variable holding the gateway's token (never the token "
+        "itself); empty: OPENSQUILLA_GATEWAY_TOKEN_<NAME>",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -193,6 +259,15 @@ class Gateway(models.Model):
     @property
     def label(self) -> str:
         return self.display_name or self.name
+
+    @property
+    def token_env_name(self) -> str:
+        """The environment variable the link reads the token from."""
+        return self.rpc_token_env or default_token_env(self.name)
+
+    def link_token(self) -> str | None:
+        """The gateway's token from the environment of the process asking (None: unset)."""
+        return os.environ.get(self.token_env_name) or None
 
 
 def gateway_field() -> Any:

@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 
 from opensquilla_site import timeutil
 from receipts_app.counts import CountRow, receipt_counts
+from receipts_app.mirror.gap import gap_counts
+from receipts_app.selectors import ReceiptFilter, filter_receipts
 from receipts_app.statuses import FAILURE_STATUSES
 
 from ..heartbeats import HeartbeatView, heartbeats, latest_seen
 from ..ledger_state import AgentSignals, agent_signals
 from ..mirror import MirrorView, mirror_views
-from ..models import AlertRule
+from ..models import AlertRule, GatewayLink
 
 
 @dataclass(frozen=True)
@@ -158,4 +160,39 @@ def firing_subjects(rule: AlertRule, snap: Snapshot) -> dict[str, Firing]:
         return _silence("worker", rule, snap)
     if c == AlertRule.BEAT_SILENT:
         return _silence("beat", rule, snap)
+    if c == AlertRule.GATEWAY_MEMORY_GAP:
+        return _gateway_gap(rule)
+    if c == AlertRule.GATEWAY_LINK:
+        return _gateway_link(rule, snap)
     return {}
+
+
+def _gateway_gap(rule: AlertRule) -> dict[str, Firing]:
+    """Subject ``gateway/agent``: the gap's count (receipts_app.mirror.gap), when at least the
+    threshold (a threshold of 0 fires on any gap, like 1)."""
+    gaps = gap_counts(filter_receipts(ReceiptFilter(gap="any", agent=rule.agent or None)))
+    out: dict[str, Firing] = {}
+    for (gateway, agent), g in sorted(gaps.items()):
+        n = g["total"]
+        if n and n >= rule.threshold:
+            out[f"{gateway}/{agent}"] = Firing(
+                n,
+                f"gateway {gateway} and this console disagree on {n} receipt"
+                f"{'s' if n != 1 else ''} of agent {agent or '(none)'} "
+                f"({g['gateway']} resolved here but open at the gateway, {g['here']} the reverse)",
+            )
+    return out
+
+
+def _gateway_link(rule: AlertRule, snap: Snapshot) -> dict[str, Firing]:
+    """Subject: the gateway, while its link has not been ok for longer than the threshold."""
+    out: dict[str, Firing] = {}
+    for link in GatewayLink.objects.exclude(state="ok").exclude(failing_since__isnull=True):
+        failing_s = max(0, snap.now - int(link.failing_since or snap.now)) / 1000
+        if failing_s > rule.threshold:
+            out[link.gateway_id] = Firing(
+                failing_s,
+                f"gateway link {link.gateway_id} is {link.state} for {failing_s:.0f} s: "
+                f"{link.message}",
+            )
+    return out

@@ -22,7 +22,11 @@ from ..models import AlertRule
 
 CONNECT_CHECK_TIMEOUT_S = 3.0
 # Conditions whose threshold counts receipts (whole numbers); the rest are seconds.
-COUNT_CONDITIONS = (AlertRule.FAILURE_STATUS, AlertRule.BACKLOG_COUNT)
+COUNT_CONDITIONS = (
+    AlertRule.FAILURE_STATUS,
+    AlertRule.BACKLOG_COUNT,
+    AlertRule.GATEWAY_MEMORY_GAP,
+)
 # Conditions about processes that serve every gateway: a gateway scope means nothing to them.
 EVERY_GATEWAY_CONDITIONS = (AlertRule.WORKER_SILENT, AlertRule.BEAT_SILENT)
 

@@ -1,7 +1,9 @@
 """The link to a gateway's own RPC: what the gateway itself believes about its memory.
 
-Read-only apart from ``run_due_repairs``. Not wired into models, beat, pages or /metrics
-yet (docs/MIRROR.md#gateway-link says what that needs).
+Read-only apart from ``run_due_repairs``. ``client`` speaks the RPC; ``service`` is the one
+place the console uses it (the beat task's readings, an admin's repair run); ``views`` is what
+the pages show of the stored readings; ``config`` reads ``OPENSQUILLA_GATEWAY_LINKS``
+(docs/MIRROR.md#gateway-link).
 """
 
 from .client import (

@@ -24,10 +24,11 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 from websockets.sync.client import ClientConnection, connect
+
+from sessions_app.gateways import rpc_ws_url
 
 from .states import (
     GatewayHello,
@@ -41,7 +42,6 @@ from .states import (
 # 3 is 0.3.0's protocol, 4 is 0.5.3's and HEAD's; both carry the frames used here.
 MIN_PROTOCOL = 3
 MAX_PROTOCOL = 4
-DEFAULT_PORT = 18791
 DEFAULT_TIMEOUT = 10.0
 MEMORY_STATUS = "doctor.memory.status"
 REPAIR_RUN = "memory.repair.run"
@@ -67,19 +67,10 @@ def _fail(state: LinkState, detail: str = "", code: str | None = None) -> _Faile
 def gateway_ws_url(address: str) -> str:
     """``host[:port]``, ``http(s)://host[:port]`` or ``ws(s)://host[:port][/ws]`` → the ``/ws`` URL.
 
-    Raises ``ValueError`` for an address that names no host.
+    Raises ``ValueError`` for an address that names no host (the rule lives with the
+    gateway model, which validates the admin's field with it).
     """
-    text = address.strip()
-    if "://" not in text:
-        text = f"ws://{text}"
-    parts = urlsplit(text)
-    scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
-    if scheme not in {"ws", "wss"} or not parts.hostname:
-        raise ValueError(f"not a gateway address: {address!r}")
-    # A bare or plain address means the gateway itself (port 18791); TLS means a proxy on 443.
-    netloc = parts.netloc if parts.port or scheme == "wss" else f"{parts.netloc}:{DEFAULT_PORT}"
-    path = parts.path.rstrip("/") or "/ws"
-    return urlunsplit((scheme, netloc, path, "", ""))
+    return rpc_ws_url(address)
 
 
 @dataclass

@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 from opensquilla_site.celery import app as celery_app
+from operations_app.models import GatewayLink, GatewayMemoryVerdict
 from receipts_app.models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
+from sessions_app.gateways import Gateway, ensure_gateway
 from sessions_app.services import append_message
 from tests.factories import make_receipt, make_session, make_user
 
@@ -74,6 +76,30 @@ def _seed() -> dict[str, Any]:
         )
         for rid in ODD_IDS
     ]
+    # A linked gateway's stored reading (no gateway is asked by a page): the overview's and
+    # the agent page's "gateway's own view" rows, and an admin's repair button.
+    ensure_gateway("edge-gateway-with-a-long-name")
+    Gateway.objects.filter(name="edge-gateway-with-a-long-name").update(
+        rpc_address="ws://127.0.0.1:9/ws"
+    )
+    link = GatewayLink.objects.create(
+        gateway_id="edge-gateway-with-a-long-name",
+        state="ok",
+        server_version="0.5.3",
+        methods=["doctor.memory.status", "memory.repair.run"],
+        scopes=["operator.admin"],
+    )
+    GatewayMemoryVerdict.objects.create(
+        gateway=link,
+        agent_id="main",
+        answered_at=link.checked_at,
+        memory_safety="error",
+        repair_status="degraded",
+        repair_backlog_count=3,
+        pending_repair_count=1,
+        repair_failures=[{"summaryId": 4}],
+        raw_fallback_count=2,
+    )
     return {"session": session, "rows": rows, "abandoned": abandoned}
 
 
@@ -121,6 +147,7 @@ def test_every_page_fits_at_both_widths_for_every_role(browser, live_server, scr
         "sessions": "/sessions/",
         "session-detail": f"/sessions/s/{data['session'].session_key}",
         "audit": "/audit/",
+        "agent": "/agents/main/?gateway=edge-gateway-with-a-long-name",
     }
     for role in ROLES:
         for width in WIDTHS:

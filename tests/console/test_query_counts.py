@@ -119,6 +119,8 @@ def _every_page(operator_client) -> list[tuple[str, dict]]:
         (reverse("receipts:plan_progress", args=[plan.plan_id]), hx("plan-progress")),
         (reverse("receipts:audit"), {}),
         (reverse("receipts:audit") + "?actor=u1", {}),
+        (reverse("receipts:agent", args=["main"]), {}),
+        (reverse("operations:gateway_link"), {}),
         (reverse("receipts:session_memory") + f"?key={session_key}", {}),
         (reverse("sessions:list"), {}),
         (reverse("sessions:detail", args=[session_key]), {}),

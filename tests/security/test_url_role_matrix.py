@@ -150,6 +150,9 @@ EXPECTED: dict[tuple[str, str], Rule] = {
     ("receipts:session_memory", "GET"): console(VIEWER, query="?key=@session"),
     ("receipts:session_checkpoint", "POST"): console(OPERATOR, body={"key": "@session"}),
     ("receipts:session_flush", "POST"): console(OPERATOR, body={"key": "@session"}),
+    ("receipts:agent", "GET"): console(VIEWER),
+    # Asks a linked gateway to repair: admins only; without ?gateway= an admin gets a message.
+    ("receipts:agent_gateway_repairs", "POST"): console(ADMIN, ok_status=400, body={}),
     ("sessions:list", "GET"): console(VIEWER),
     ("sessions:detail", "GET"): console(VIEWER),
     # Orchestrator probes (operations_app): no credentials, no data
@@ -160,6 +163,7 @@ EXPECTED: dict[tuple[str, str], Rule] = {
     # Operations pages (operations_app.console_urls)
     ("operations:liveness", "GET"): console(VIEWER),
     ("operations:time_at_risk", "GET"): console(VIEWER),
+    ("operations:gateway_link", "GET"): console(VIEWER),
     ("operations:alerts", "GET"): console(ADMIN),
     ("operations:alert_create", "GET"): console(ADMIN),
     ("operations:alert_edit", "GET"): console(ADMIN),

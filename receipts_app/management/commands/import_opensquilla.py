@@ -9,13 +9,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
+from django.core.validators import RegexValidator
 
 from receipts_app.audit import acting_as
 from receipts_app.importer import import_opensquilla
 from receipts_app.management import cli
 from receipts_app.mirror.follower import build_follower, stop_on_signals
-from sessions_app.gateways import DEFAULT_GATEWAY, GatewayNameError, validate_gateway_name
+from sessions_app.gateways import (
+    DEFAULT_GATEWAY,
+    ENV_VAR_NAME_PATTERN,
+    GatewayNameError,
+    ensure_gateway,
+    validate_gateway_name,
+    validate_rpc_address,
+)
 
 
 class Command(BaseCommand):
@@ -53,6 +62,20 @@ class Command(BaseCommand):
             "each OpenSquilla deployment followed into this console gets its own",
         )
         parser.add_argument(
+            "--rpc-address",
+            default=None,
+            metavar="ADDRESS",
+            help="also link the gateway: its RPC address (ws://host:port/ws), read on a schedule "
+            "(docs/MIRROR.md#gateway-link); its token comes from OPENSQUILLA_GATEWAY_TOKEN_<NAME>",
+        )
+        parser.add_argument(
+            "--rpc-token-env",
+            default=None,
+            metavar="VARIABLE",
+            help="with --rpc-address: the environment variable holding the gateway's token "
+            "(its name is stored, never the token)",
+        )
+        parser.add_argument(
             "--follow",
             action="store_true",
             help="keep following the live database after the initial import (docs/MIRROR.md); "
@@ -73,6 +96,7 @@ class Command(BaseCommand):
             validate_gateway_name(options["gateway"])
         except GatewayNameError as exc:
             raise CommandError(f"--gateway: {exc}") from exc
+        options["link"] = self._link(options)  # checked before any work, applied after it
         if options["follow"]:
             return self._follow(options)
         if options["interval"] is not None:
@@ -90,6 +114,7 @@ class Command(BaseCommand):
                 )
         finally:
             progress.close()
+        self._apply_link(options)
         if options["json"]:
             self.stdout.write(json.dumps(report.as_dict(), indent=2, sort_keys=True))
             return
@@ -100,6 +125,27 @@ class Command(BaseCommand):
             if report.changed
             else "nothing to do: already imported"
         )
+
+    def _link(self, options) -> dict[str, str] | None:
+        address, token_env = options["rpc_address"], options["rpc_token_env"]
+        if address is None:
+            if token_env is not None:
+                raise CommandError("--rpc-token-env only applies with --rpc-address")
+            return None
+        link = {"rpc_address": address, "rpc_token_env": token_env or ""}
+        try:
+            validate_rpc_address(address)
+            RegexValidator(ENV_VAR_NAME_PATTERN)(link["rpc_token_env"] or "X")
+        except ValidationError as exc:
+            raise CommandError(f"--rpc-address/--rpc-token-env: {' '.join(exc.messages)}") from exc
+        return link
+
+    def _apply_link(self, options) -> None:
+        if options["link"] is not None:
+            ensure_gateway(options["gateway"], **options["link"])
+            self.stderr.write(
+                f"gateway {options['gateway']} linked at {options['link']['rpc_address']}"
+            )
 
     def _follow(self, options):
         progress = cli.ProgressBar(cli.raw_stream(self.stderr), enabled=not options["no_progress"])
@@ -113,6 +159,7 @@ class Command(BaseCommand):
                 progress=progress,
                 gateway=options["gateway"],
             )
+        self._apply_link(options)
         self.stderr.write(
             f"following {follower.path} as gateway {follower.gateway} every "
             f"{follower.interval:g}s (Ctrl-C stops)"

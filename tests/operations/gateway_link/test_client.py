@@ -7,15 +7,9 @@ every way a real gateway can answer maps to the state an operator would be shown
 
 from __future__ import annotations
 
-import json
 import socket
-import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
-from websockets.sync.server import ServerConnection, serve
 
 from operations_app.gateway_link import (
     LinkState,
@@ -24,91 +18,7 @@ from operations_app.gateway_link import (
     run_due_repairs,
 )
 
-ADMIN = {"role": "operator", "scopes": ["operator.admin"], "authState": "authenticated"}
-STATUS = {
-    "agentId": "main",
-    "memorySafety": {"status": "error"},
-    "semanticMemory": {"status": "degraded", "repairBacklogCount": 3},
-    "pendingRepairCount": 1,
-    "repairFailures": [{"summaryId": 4, "flushReceiptStatus": "failed_retryable"}],
-    "rawFallbackCount": 2,
-}
-
-
-@dataclass
-class Script:
-    """How the fake gateway behaves; tests change fields before connecting."""
-
-    protocol: int = 4
-    version: str = "0.5.3"
-    methods: list[str] = field(
-        default_factory=lambda: ["doctor.memory.status", "memory.repair.run", "health"]
-    )
-    principal: dict[str, Any] | None = field(default_factory=lambda: dict(ADMIN))
-    connect_error: dict[str, Any] | None = None  # a res error instead of hello-ok
-    answers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = field(default_factory=dict)
-    send_challenge: bool = True
-    calls: list[tuple[str, Any]] = field(default_factory=list)
-    connect_params: list[dict[str, Any]] = field(default_factory=list)
-
-
-@pytest.fixture
-def gateway() -> Iterator[tuple[str, Script]]:
-    script = Script()
-
-    def handler(ws: ServerConnection) -> None:
-        if not script.send_challenge:
-            ws.recv()  # hold the connection open, never challenge
-            return
-        ws.send(
-            json.dumps({"type": "event", "event": "connect.challenge", "payload": {"nonce": "n"}})
-        )
-        connect = json.loads(ws.recv())
-        script.connect_params.append(connect["params"])
-        if script.connect_error is not None:
-            ws.send(
-                json.dumps(
-                    {"type": "res", "id": connect["id"], "ok": False, "error": script.connect_error}
-                )
-            )
-            return
-        hello: dict[str, Any] = {
-            "type": "hello-ok",
-            "protocol": script.protocol,
-            "server": {"version": script.version, "conn_id": "c"},
-            "features": {"methods": script.methods, "events": ["tick"]},
-            "snapshot": {"state_dir": "/srv/state", "auth_mode": "token"},
-            "policy": {},
-            "auth": None if script.principal is None else {"principal": script.principal},
-        }
-        ws.send(json.dumps(hello))
-        for raw in ws:
-            frame = json.loads(raw)
-            script.calls.append((frame["method"], frame.get("params")))
-            ws.send(json.dumps({"type": "event", "event": "tick", "payload": {}}))
-            answer = script.answers.get(frame["method"])
-            if answer is None:
-                reply = {
-                    "ok": False,
-                    "error": {
-                        "code": "METHOD_NOT_FOUND",
-                        "message": f"Method not found: {frame['method']}",
-                    },
-                }
-            else:
-                reply = answer(frame.get("params") or {})
-            ws.send(json.dumps({"type": "res", "id": frame["id"], **reply}))
-
-    with serve(handler, "127.0.0.1", 0) as server:
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        port = server.socket.getsockname()[1]
-        yield f"127.0.0.1:{port}", script
-        server.shutdown()
-
-
-def status_answer(params: dict[str, Any]) -> dict[str, Any]:
-    return {"ok": True, "payload": {**STATUS, "agentId": params.get("agentId")}}
+from .fake_gateway import status_answer
 
 
 def test_the_gateways_own_verdict_is_read_per_agent(gateway) -> None:

@@ -1,0 +1,169 @@
+"""What the pages show of the gateway link: the stored readings beside our own numbers and
+the gap between them. Reads the database only; no page render ever connects to a gateway.
+
+One row per (linked gateway, agent): what the gateway said about that agent's memory (with
+the reading's age and the link's state), what this console counts for the same agent, and
+the gap (``receipts_app.mirror.gap``) with the receipts-list filter behind each number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from opensquilla_site.timeutil import duration_text, now_ms
+from receipts_app.counts import CountRow, receipt_counts
+from receipts_app.mirror.gap import gap_counts
+from receipts_app.selectors import ReceiptFilter, filter_receipts
+from receipts_app.statuses import (
+    ACKNOWLEDGED,
+    AT_RISK_STATUSES,
+    CHECKPOINT_RECOVERED,
+    CHECKPOINT_SUPERSEDED,
+    REPAIR_DONE,
+    REPAIR_QUEUE_STATUSES,
+)
+from sessions_app.gateways import gateway_scope
+
+from ..models import GatewayLink, GatewayMemoryVerdict
+from .states import STATE_MESSAGES, LinkState
+
+# How our status of a gap row reads in the sentence "here: 2 recovered by an operator".
+_HERE_WORDS = {
+    CHECKPOINT_RECOVERED: "recovered by an operator",
+    ACKNOWLEDGED: "acknowledged by an operator",
+    CHECKPOINT_SUPERSEDED: "superseded",
+    REPAIR_DONE: "repaired here",
+}
+
+
+@dataclass
+class GapView:
+    total: int = 0
+    gateway_side: int = 0  # open at the gateway, resolved here
+    here_side: int = 0  # open here, closed at the gateway
+    by_status: dict[str, int] = field(default_factory=dict)
+    filter: dict[str, Any] = field(default_factory=dict)
+    gateway_filter: dict[str, Any] = field(default_factory=dict)
+    here_filter: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def state(self) -> str:
+        return "gap" if self.total else "in_step"
+
+
+@dataclass
+class AgentLinkView:
+    gateway: str
+    agent_id: str
+    link: GatewayLink
+    verdict: GatewayMemoryVerdict
+    at_risk_here: int
+    backlog_here: int
+    at_risk_filter: dict[str, Any]
+    gap: GapView
+    now: int
+
+    @property
+    def state(self) -> str:
+        """One word for the card: the link's failure, else ``gap``, else the gateway's word."""
+        if self.verdict.state != LinkState.OK:
+            return self.verdict.state
+        return "gap" if self.gap.total else "ok"
+
+    @property
+    def answered(self) -> bool:
+        return self.verdict.answered_at is not None
+
+    @property
+    def age(self) -> str:
+        return duration_text(max(0, self.now - self.verdict.read_at) / 1000)
+
+    @property
+    def answer_age(self) -> str:
+        if self.verdict.answered_at is None:
+            return ""
+        return duration_text(max(0, self.now - self.verdict.answered_at) / 1000)
+
+    @property
+    def state_message(self) -> str:
+        return self.verdict.message or STATE_MESSAGES.get(LinkState(self.verdict.state), "")
+
+    @property
+    def gateway_says(self) -> str:
+        v = self.verdict
+        if v.answered_at is None:
+            return "gateway says: nothing yet"
+        parts = [v.memory_safety or "unknown"]
+        parts.append(_plural(v.repair_backlog_count or 0, "repair", "queued"))
+        if v.pending_repair_count is not None:
+            parts.append(_plural(v.pending_repair_count, "pending repair"))
+        if v.repair_failures:
+            parts.append(_plural(len(v.repair_failures), "repair failure"))
+        if v.raw_fallback_count:
+            parts.append(_plural(v.raw_fallback_count, "raw fallback"))
+        return "gateway says: " + ", ".join(parts)
+
+    @property
+    def here_says(self) -> str:
+        parts = []
+        for status, n in sorted(self.gap.by_status.items(), key=lambda kv: (-kv[1], kv[0])):
+            parts.append(f"{n} {_HERE_WORDS.get(status, f'now {status}')}")
+        if not parts:
+            parts.append("in step with the gateway")
+        parts.append(f"{self.at_risk_here} at risk")
+        return "here: " + ", ".join(parts)
+
+
+def _plural(n: int, noun: str, suffix: str = "") -> str:
+    text = f"{n} {noun}{'' if n == 1 else 's'}"
+    return f"{text} {suffix}" if suffix else text
+
+
+def agent_link_views(
+    agent_id: str | None = None, counts: list[CountRow] | None = None
+) -> list[AgentLinkView]:
+    """Every linked gateway's stored verdict per agent (one agent's with ``agent_id``), in the
+    gateway an edge chose or all of them: the verdicts with their links (one query), then,
+    when there are any, our counts (unless the caller read them: ``counts``) and the gap."""
+    scope = gateway_scope()
+    verdicts = GatewayMemoryVerdict.objects.select_related("gateway")
+    if scope is not None:
+        verdicts = verdicts.filter(gateway_id=scope)
+    if agent_id is not None:
+        verdicts = verdicts.filter(agent_id=agent_id)
+    rows = list(verdicts.order_by("gateway_id", "agent_id"))
+    if not rows:
+        return []
+    counts = receipt_counts() if counts is None else counts
+    gap_base = ReceiptFilter(gap="any", gateway=scope, agent=agent_id)
+    gaps = gap_counts(filter_receipts(gap_base))
+    now = now_ms()
+    out = []
+    for v in rows:
+        link = v.gateway
+        mine = [r for r in counts if r.gateway_id == v.gateway_id and r.agent_id == v.agent_id]
+        g = gaps.get((v.gateway_id, v.agent_id), {})
+        base = ReceiptFilter(gateway=v.gateway_id, agent=v.agent_id or None)
+        out.append(
+            AgentLinkView(
+                gateway=v.gateway_id,
+                agent_id=v.agent_id,
+                link=link,
+                verdict=v,
+                at_risk_here=sum(r.count for r in mine if r.status in AT_RISK_STATUSES),
+                backlog_here=sum(r.count for r in mine if r.status in REPAIR_QUEUE_STATUSES),
+                at_risk_filter=base.with_statuses(*AT_RISK_STATUSES).to_params(),
+                gap=GapView(
+                    total=g.get("total", 0),
+                    gateway_side=g.get("gateway", 0),
+                    here_side=g.get("here", 0),
+                    by_status=g.get("by_status", {}),
+                    filter={**base.to_params(), "gap": "true"},
+                    gateway_filter={**base.to_params(), "gap": "gateway"},
+                    here_filter={**base.to_params(), "gap": "here"},
+                ),
+                now=now,
+            )
+        )
+    return out

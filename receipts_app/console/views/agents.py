@@ -1,0 +1,72 @@
+"""An agent's page: our health for the agent beside what each linked gateway itself says
+about it (the stored gateway-link readings, never a live call), and, for admins, "ask the
+gateway to run its due repairs"."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpResponse
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from opensquilla_site.timeutil import now_ms
+from operations_app.gateway_link.service import RepairRunRefused, run_gateway_repairs
+from operations_app.gateway_link.views import agent_link_views
+from sessions_app.gateways import gateway_scope
+from sessions_app.keys import normalize_agent_id
+
+from ...counts import receipt_counts
+from ...health import health_for
+from ..helpers import (
+    OPERATE_PERM,
+    VIEW_PERM,
+    HtmxHttpRequest,
+    console_actor,
+    console_role,
+    console_view,
+    render_error,
+    render_page,
+)
+
+
+@require_GET
+@console_view(VIEW_PERM)
+def agent_detail(request: HtmxHttpRequest, agent_id: str) -> HttpResponse:
+    agent = normalize_agent_id(agent_id)
+    rows = receipt_counts()
+    (health,) = health_for([agent], rows, now=now_ms(), count_checked=False)
+    context = {
+        "agent_id": agent,
+        "health": health,
+        "gateway": gateway_scope(),
+        "receipt_total": sum(r.count for r in rows if r.agent_id == agent),
+        "gateway_rows": agent_link_views(agent, rows),
+        "is_admin": console_role(request.user) == "admin",
+    }
+    return render_page(request, "console/agent_detail.html", context)
+
+
+@require_POST
+@console_view(VIEW_PERM, OPERATE_PERM)
+def agent_gateway_repairs(request: HtmxHttpRequest, agent_id: str) -> HttpResponse:
+    """Ask the gateway (``?gateway=``) to run its due repairs for this agent: admins only."""
+    agent = normalize_agent_id(agent_id)
+    if console_role(request.user) != "admin":
+        return render_error(
+            request,
+            "Your role does not allow this: only an admin may ask a gateway to run its repairs.",
+            status=403,
+            title="Not allowed",
+        )
+    name = gateway_scope()
+    if name is None:
+        return render_error(request, "Name the gateway (?gateway=NAME).", status=400)
+    try:
+        outcome = run_gateway_repairs(name, agent, actor=console_actor(request))
+    except KeyError:
+        return render_error(request, f"Gateway not found: {name}", status=404, title="Not found")
+    except RepairRunRefused as exc:
+        return render_error(request, str(exc), status=409)
+    (messages.success if outcome.ok else messages.warning)(request, outcome.message)
+    return redirect(reverse("receipts:agent", args=[agent]) + f"?gateway={name}")
