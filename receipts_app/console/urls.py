@@ -28,12 +28,13 @@ receipt_patterns = (
         path("plans/<str:plan_id>/progress/", plans.plan_progress, name="plan_progress"),
         path("plans/<str:plan_id>/execute/", plans.plan_execute, name="plan_execute"),
         path("audit/", audit.audit_log, name="audit"),
-        path("agents/<str:agent_id>/", agents.agent_detail, name="agent"),
+        # The longer route first: anytext matches '/' too (a stored id renders whatever it holds).
         path(
-            "agents/<str:agent_id>/gateway-repairs/",
+            "agents/<anytext:agent_id>/gateway-repairs/",
             agents.agent_gateway_repairs,
             name="agent_gateway_repairs",
         ),
+        path("agents/<anytext:agent_id>/", agents.agent_detail, name="agent"),
         path("session-memory/", session_memory.session_memory, name="session_memory"),
         path(
             "session-memory/checkpoint/",

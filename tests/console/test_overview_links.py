@@ -16,7 +16,8 @@ from tests.factories import make_receipt
 pytestmark = pytest.mark.django_db
 
 CARD = re.compile(
-    r'<article class="card health-(?P<tone>\w+)">\s*<h2>Agent <code>(?P<agent>[^<]+)</code>(?P<body>.*?)</article>',
+    r'<article class="card health-(?P<tone>\w+)">\s*<h2>Agent (?:<a href="(?P<page>[^"]+)"[^>]*>)?'
+    r"<code>(?P<agent>[^<]+)</code>(?P<body>.*?)</article>",
     re.S,
 )
 LINK = re.compile(
@@ -33,7 +34,12 @@ def _cards(client) -> dict[str, dict]:
             m["label"]: (int(m["count"].replace(",", "")), html.unescape(m["href"]))
             for m in LINK.finditer(card["body"])
         }
-        cards[card["agent"]] = {"tone": card["tone"], "body": card["body"], "links": links}
+        cards[html.unescape(card["agent"])] = {
+            "tone": card["tone"],
+            "body": card["body"],
+            "links": links,
+            "page": html.unescape(card["page"] or ""),
+        }
     return cards
 
 
@@ -110,3 +116,15 @@ def test_a_healthy_agent_has_nothing_to_follow(viewer_client):
     assert set(card["links"]) == {"queued"}
     assert card["links"]["queued"][0] == 0
     _assert_every_link_lists_its_count(viewer_client, card)
+
+
+@pytest.mark.parametrize("agent", ["main", "team-ops"])
+def test_a_cards_agent_name_opens_the_agents_page(viewer_client, agent):
+    # The agent's page holds our health beside the gateway's own verdict; its name on the
+    # overview leads there, and the page opens (it once failed on the gateway-keyed health).
+    make_receipt(session_key=f"agent:{agent}:web:a", agent_id=agent, status="checkpoint_failed")
+    card = _cards(viewer_client)[agent]
+    assert card["page"].endswith("?gateway=local")
+    page = viewer_client.get(card["page"])
+    assert page.status_code == 200
+    assert html.escape(agent) in page.content.decode()

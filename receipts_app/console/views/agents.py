@@ -35,7 +35,8 @@ from ..helpers import (
 def agent_detail(request: HtmxHttpRequest, agent_id: str) -> HttpResponse:
     agent = normalize_agent_id(agent_id)
     rows = receipt_counts()
-    (health,) = health_for([agent], rows, now=now_ms(), count_checked=False)
+    # (None, agent): this agent over the gateways in scope (``?gateway=`` narrows it).
+    (health,) = health_for([(None, agent)], rows, now=now_ms(), count_checked=False)
     context = {
         "agent_id": agent,
         "health": health,
