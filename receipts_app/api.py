@@ -384,7 +384,8 @@ def create_checkpoint(
         url = _receipts_url(
             session_key=canonicalize_session_key(key), scope="checkpoint", updated_from=started
         )
-        return Status(202, TaskOut(task_id=task_id, status_url=url))
+        warning = services.queued_work_warning()
+        return Status(202, TaskOut(task_id=task_id, status_url=url, warning=warning))
 
     return run_idempotent(request, owner=caller.idempotency_owner, action=act)
 
@@ -406,7 +407,8 @@ def flush_session(request: HttpRequest, key: str, wait: bool = False) -> Status[
         if not wait:
             task_id = services.queue_flush(session_key=key, actor=_actor(caller))
             url = _receipts_url(session_key=canonical, updated_from=started)
-            return Status(202, TaskOut(task_id=task_id, status_url=url))
+            warning = services.queued_work_warning()
+            return Status(202, TaskOut(task_id=task_id, status_url=url, warning=warning))
         outcome, written = services.flush_now(session_key=key, actor=_actor(caller))
         flushed = FlushOut(
             mode=str(outcome.mode),

@@ -350,6 +350,10 @@ class TaskOut(Schema):
     task_id: str
     status: str = "queued"
     status_url: str = Field(description="where the resulting receipts appear")
+    warning: str | None = Field(
+        default=None,
+        description="set when the session's gateway has no live worker on its queue",
+    )
 
 
 class CoverageOut(Schema):

@@ -2,7 +2,7 @@
 the queued checkpoint.
 
 Surfaces (console, API, CLI) call ``queue_checkpoint`` / ``queue_flush`` (checked here, then
-sent through ``enqueue`` after commit) or ``checkpoint_now`` / ``flush_now`` (run in the
+sent through ``enqueue`` after commit; ``queued_work_warning`` says when nothing will run it) or ``checkpoint_now`` / ``flush_now`` (run in the
 caller's process). The input is checked before anything is queued, so a bad request gets a
 clear error instead of a task that fails later. Each trigger leaves an audit event keyed by
 the session. Requeued checkpoints are the requeue engine's (``requeue.retake``), not these.
@@ -18,7 +18,12 @@ from django.db import transaction
 from opensquilla_site.exceptions import ApplicationError, ConflictError
 from opensquilla_site.timeutil import now_ms
 from sessions_app import services as session_services
-from sessions_app.gateways import MisroutedWork, check_served, current_gateway
+from sessions_app.gateways import (
+    MisroutedWork,
+    check_served,
+    current_gateway,
+    no_worker_warning_for,
+)
 from sessions_app.keys import canonicalize_session_key
 from sessions_app.models import Session, TranscriptEntry
 
@@ -78,6 +83,13 @@ def queue_flush(*, session_key: str, actor: Actor) -> str:
         task_id = enqueue.send(enqueue.flush_message(session.session_key))
         _record_trigger("flush_now", session, actor, task_id)
     return task_id
+
+
+def queued_work_warning() -> str | None:
+    """What a surface tells the operator with a queued trigger's task id: None, or, when the
+    session's gateway (the current one) has a queue no live worker consumes, the same sentence
+    a requeue and a plan's dry run carry. The work is queued all the same."""
+    return no_worker_warning_for(current_gateway())
 
 
 def _record_trigger(

@@ -162,6 +162,11 @@ def no_worker_warnings(gateways: Iterable[str]) -> list[str]:
     return warnings
 
 
+def no_worker_warning_for(name: str | None) -> str | None:
+    """The :func:`no_worker_warnings` sentence for gateway ``name``'s queued work, or None."""
+    return next(iter(no_worker_warnings([name or DEFAULT_GATEWAY])), None)
+
+
 def no_worker_warning(name: str) -> str:
     return (
         f"gateway {name} has no live worker on queue {gateway_queue(name)}: "

@@ -18,7 +18,7 @@ from django.db import transaction
 
 from opensquilla_site import timeutil
 from opensquilla_site.exceptions import GenerationChanged
-from sessions_app.gateways import no_worker_warnings
+from sessions_app.gateways import no_worker_warning_for
 
 from .. import audit, enqueue
 from ..audit import Actor
@@ -162,7 +162,7 @@ def _apply_requeue(row: MemoryDurableReceipt) -> RequeueResult:
     superseded_by = saved_id if outcome is Outcome.SUPERSEDED else None
     result = RequeueResult(rid, outcome, message, move.status, superseded_by, task_id)
     if task_id is not None:
-        result.warning = next(iter(no_worker_warnings([str(row.gateway_id)])), None)
+        result.warning = no_worker_warning_for(str(row.gateway_id))
     return result
 
 

@@ -147,3 +147,22 @@ def test_an_in_process_checkpoint_or_flush_of_another_gateway_is_refused_not_mis
     queued = operator.post(f"/sessions/{KEY}/checkpoints?gateway=b", {})
     assert queued.status_code == 202
     assert OutboxMessage.objects.get(task_id=queued.json()["task_id"]).queue == "gateway.b"
+
+
+@pytest.mark.parametrize("path", ["checkpoints", "flush"])
+def test_a_queued_checkpoint_or_flush_of_a_gateway_without_a_worker_says_so(operator, path):
+    failed_in("b")
+    queued = operator.post(f"/sessions/{KEY}/{path}?gateway=b", {})
+    assert queued.status_code == 202, queued.content
+    body = queued.json()
+    assert body["status"] == "queued" and body["warning"] == B_WAITS
+    # Accepted all the same: the work waits in the outbox, on b's queue.
+    assert OutboxMessage.objects.get(task_id=body["task_id"]).queue == "gateway.b"
+
+    # Once b's worker is up the same trigger carries no warning; local's never does.
+    heartbeats.mark_started("worker", "celery@host-b", {"queues": ["gateway.b"]})
+    again = operator.post(f"/sessions/{KEY}/{path}?gateway=b", {}).json()
+    assert again["status"] == "queued" and again["warning"] is None
+    make_session(KEY, messages=2)
+    local = operator.post(f"/sessions/{KEY}/{path}", {}).json()
+    assert local["status"] == "queued" and local["warning"] is None

@@ -8,7 +8,10 @@ Plans: ``churn`` (new sessions and messages, new receipts, status updates, one d
 session) and ``load`` (``--count`` receipts plus two messages each, as fast as it can or at
 ``--rate`` writes per second; ``--status`` is every receipt's status, ``checkpoint_saved`` by
 default). Prints one JSON line per committed write when ``--trace`` is
-given (the benchmark's lag probe), and a JSON summary at the end.
+given (the benchmark's lag probe), and a JSON summary at the end. ``receipts`` writes one
+session (``--key``) with ``--messages`` messages starting with ``--text``, then one receipt per
+``--statuses`` entry (comma-separated; ``repair_*`` ones in scope ``repair``), each failure with
+the reason ``--reason`` and its number (a gateway's own content and failures).
 """
 
 from __future__ import annotations
@@ -45,19 +48,40 @@ async def message(storage: SessionStorage, key: str, session_id: str, text: str)
 
 
 async def receipt(
-    storage: SessionStorage, key: str, session_id: str, turn: str, status: str
+    storage: SessionStorage,
+    key: str,
+    session_id: str,
+    turn: str,
+    status: str,
+    *,
+    scope: str = "checkpoint",
+    reason: str = "disk full",
 ) -> MemoryDurableReceipt:
     return await storage.upsert_memory_durable_receipt(
         MemoryDurableReceipt(
             session_key=key,
             session_id=session_id,
             turn_id=turn,
-            scope="checkpoint",
-            idempotency_key=f"checkpoint:{key}:{turn}",
+            scope=scope,
+            idempotency_key=f"{scope}:{key}:{turn}",
             status=status,
-            reason="disk full" if status == "checkpoint_failed" else None,
+            reason=reason if status.endswith("_failed") else None,
         )
     )
+
+
+async def receipts(
+    storage: SessionStorage, key: str, text: str, messages: int, statuses: list[str], reason: str
+) -> dict:
+    session_id = await new_session(storage, key)
+    for i in range(messages):
+        await message(storage, key, session_id, f"{text} {i}")
+    for i, status in enumerate(statuses):
+        scope = "repair" if status.startswith("repair") else "checkpoint"
+        await receipt(
+            storage, key, session_id, f"turn-{i}", status, scope=scope, reason=f"{reason} {i}"
+        )
+    return {"session_id": session_id, "receipts": len(statuses)}
 
 
 async def churn(storage: SessionStorage, pause: float, delete_when: Path | None) -> dict:
@@ -116,18 +140,28 @@ async def load(
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("db")
-    parser.add_argument("plan", choices=("churn", "load"))
+    parser.add_argument("plan", choices=("churn", "load", "receipts"))
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--rate", type=float, default=0.0)
     parser.add_argument("--pause", type=float, default=0.05)
     parser.add_argument("--trace", action="store_true")
     parser.add_argument("--status", default="checkpoint_saved", help="load: each receipt's status")
+    parser.add_argument("--key", default="agent:main:webchat:default", help="receipts: the key")
+    parser.add_argument("--text", default="message", help="receipts: each message's start")
+    parser.add_argument("--messages", type=int, default=2, help="receipts: how many messages")
+    parser.add_argument("--statuses", default="checkpoint_saved", help="receipts: comma list")
+    parser.add_argument("--reason", default="disk full", help="receipts: each failure's reason")
     parser.add_argument("--delete-when", type=Path, default=None, help="churn: wait for this file")
     args = parser.parse_args()
     storage = await SessionStorage.open(args.db)
     try:
         if args.plan == "churn":
             summary = await churn(storage, args.pause, args.delete_when)
+        elif args.plan == "receipts":
+            statuses = [s for s in args.statuses.split(",") if s]
+            summary = await receipts(
+                storage, args.key, args.text, args.messages, statuses, args.reason
+            )
         else:
             summary = await load(storage, args.count, args.rate, args.trace, args.status)
     finally:

@@ -17,7 +17,7 @@ from sessions_app.models import Session
 from sessions_app.selectors import get_session_or_404
 
 from ...selectors import current_checkpoint_coverage
-from ...services import queue_checkpoint, queue_flush
+from ...services import queue_checkpoint, queue_flush, queued_work_warning
 from .. import selectors as cs
 from ..helpers import (
     CHANGED_EVENT,
@@ -84,6 +84,9 @@ def _trigger(request: HtmxHttpRequest, kind: str) -> HttpResponse:
         message, ok = (exc.args[0] if exc.args else str(exc)), False
     else:
         message, ok = f"{kind} queued (task {task_id[:8]})", True
+        warning = queued_work_warning()
+        if warning:
+            message, ok = f"{message}; {warning}", False
     if not request.htmx:
         (messages.success if ok else messages.warning)(request, message)
         where = "" if session.gateway_id == "local" else f"?gateway={session.gateway_id}"
