@@ -79,16 +79,23 @@ class HeartbeatView:
     seen_at: int
     started_at: int
     age_ms: int
+    # The queues a worker consumes, as it recorded them when it started (none for beat).
+    queues: tuple[str, ...] = ()
+
+
+def _queues(details: object) -> tuple[str, ...]:
+    queues = details.get("queues") if isinstance(details, dict) else None
+    return tuple(str(q) for q in queues or ())
 
 
 def heartbeats(now: int | None = None) -> list[HeartbeatView]:
     """Every recorded worker and beat, with how old its last heartbeat is (one query)."""
     now = timeutil.now_ms() if now is None else now
     return [
-        HeartbeatView(kind, name, state, seen, started, max(0, now - seen))
-        for kind, name, state, seen, started in Heartbeat.objects.order_by(
+        HeartbeatView(kind, name, state, seen, started, max(0, now - seen), _queues(details))
+        for kind, name, state, seen, started, details in Heartbeat.objects.order_by(
             "kind", "name"
-        ).values_list("kind", "name", "state", "seen_at", "started_at")
+        ).values_list("kind", "name", "state", "seen_at", "started_at", "details")
     ]
 
 

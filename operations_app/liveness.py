@@ -14,7 +14,6 @@ from opensquilla_site import timeutil
 
 from .heartbeats import HeartbeatView, heartbeats
 from .mirror import MirrorView, SkippedRowView, mirror_skipped_rows, mirror_views
-from .models import Heartbeat
 from .processes import SupervisedProcess, supervised_processes
 from .queues import QueueDepth, queue_depths
 
@@ -24,17 +23,20 @@ def stale_after_s() -> float:
     return float(getattr(settings, "OPENSQUILLA_HEARTBEAT_STALE_SECONDS", 60))
 
 
-def queue_consumers(now: int | None = None) -> dict[str, list[str]]:
-    """``{queue: [worker names]}`` of the live workers (one read of the heartbeats): each
-    worker records the queues it consumes when it starts (``celery_signals``)."""
+def queue_consumers(
+    now: int | None = None, rows: list[HeartbeatView] | None = None
+) -> dict[str, list[str]]:
+    """``{queue: [worker names]}`` of the live workers: each worker records the queues it
+    consumes when it starts (``celery_signals``). ``rows``: the heartbeats a caller has read
+    already (None: one read now)."""
     now = timeutil.now_ms() if now is None else now
-    cutoff = now - stale_after_s() * 1000
+    rows = heartbeats(now) if rows is None else rows
+    limit = stale_after_s() * 1000
     out: dict[str, list[str]] = {}
-    rows = Heartbeat.objects.filter(kind="worker", state="running", seen_at__gte=cutoff)
-    for name, details in rows.order_by("name").values_list("name", "details"):
-        queues = details.get("queues") if isinstance(details, dict) else None
-        for queue in queues or ():
-            out.setdefault(str(queue), []).append(name)
+    for hb in rows:
+        if hb.kind == "worker" and hb.state == "running" and hb.age_ms <= limit:
+            for queue in hb.queues:
+                out.setdefault(queue, []).append(hb.name)
     return out
 
 
@@ -109,12 +111,13 @@ def liveness_report(now: int | None = None) -> LivenessReport:
     now = timeutil.now_ms() if now is None else now
     limit = stale_after_s()
     report = LivenessReport(generated_at=now, stale_after_s=limit)
-    for hb in heartbeats(now):
+    rows = heartbeats(now)
+    for hb in rows:
         entry = ProcessLiveness(hb, hb.state == "running" and hb.age_ms / 1000 <= limit)
         (report.workers if hb.kind == "worker" else report.beats).append(entry)
     report.queues = queue_depths()
     report.mirrors = mirror_views()
     report.skipped = mirror_skipped_rows()
     report.processes = supervised_processes()
-    report.gateway_queues = gateway_queues()
+    report.gateway_queues = gateway_queues(queue_consumers(now, rows))
     return report

@@ -52,7 +52,11 @@ def _viewer() -> Client:
 
 
 def _card_counts(overview: str) -> dict[str, int]:
-    cards = re.finditer(r"<h2>Agent <code>([^<]+)</code></h2>(.*?)</article>", overview, flags=re.S)
+    cards = re.finditer(
+        r"<h2>Agent (?:<a [^>]*>)?<code>([^<]+)</code>(?:</a>)?</h2>(.*?)</article>",
+        overview,
+        flags=re.S,
+    )
     out = {}
     for card in cards:
         found = re.search(r">([\d,]+) at risk</a>", card[2])
