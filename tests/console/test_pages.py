@@ -52,7 +52,9 @@ def test_overview_full_page_shows_failures_health_groups_and_chart(viewer_client
     assert 'class="failure-group"' in body and '<td class="num">2</td>' in body
     assert "<svg" in body and "bar-failed" in body
     for agent in ("ops", "main"):  # each card names its agent, linking to the agent's page
-        assert re.search(rf'Agent <a href="/agents/{agent}/[^"]*"[^>]*><code>{agent}</code></a>', body)
+        assert re.search(
+            rf'Agent <a href="/agents/{agent}/[^"]*"[^>]*><code>{agent}</code></a>', body
+        )
 
 
 def test_overview_fragment_is_the_body_only(viewer_client):
