@@ -13,6 +13,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", api.urls),
     path("", include("operations_app.urls")),
+    path("agents/", include("operations_app.agent_urls")),
     path("", include("receipts_app.console.urls")),
 ]
 

@@ -26,7 +26,7 @@ from sessions_app.services import get_transcript
 from . import counts
 from .checkpoint import checkpoint_coverage_hash, checkpoint_turn_id
 from .ledger import due_q, list_memory_durable_receipts, literal_prefix
-from .mirror.gap import gap_q
+from .memory_gap import gap_q
 from .models import FailureGroupMember, MemoryDurableReceipt
 from .statuses import CHECKPOINT_SAVED, KNOWN_STATUSES
 
@@ -208,7 +208,7 @@ class ReceiptFilter:
     gateway: str | None = None
     # A failure group's fingerprint ("" is the group of receipts without a reason).
     fingerprint: str | None = None
-    # The memory gap (receipts_app.mirror.gap): "any", "gateway" or "here".
+    # The memory gap (receipts_app.memory_gap): "any", "gateway" or "here".
     gap: str | None = None
 
     PARAMS = tuple(f.param for f in RECEIPT_FILTER_FIELDS)

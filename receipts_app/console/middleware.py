@@ -27,7 +27,7 @@ from ..counts import CountRow
 from .helpers import render_error
 
 # "operations": the overview's time-at-risk panel (and any operations page) reads the same way.
-CONSOLE_NAMESPACES = frozenset({"receipts", "sessions", "operations"})
+CONSOLE_NAMESPACES = frozenset({"receipts", "sessions", "operations", "agents"})
 # The lists, where a gateway that does not exist would read as "nothing here": the middleware
 # checks the name first (one query, whose names the gateway select reuses). A page that
 # addresses one row (a receipt, a session, a plan) says "not found" on its own, and the

@@ -4,7 +4,7 @@ from django.urls import include, path
 
 import opensquilla_site.schemas  # noqa: F401 - registers the "anytext" path converter
 
-from .views import agents, audit, fleet, overview, plans, receipts, session_memory, sessions
+from .views import audit, fleet, overview, plans, receipts, session_memory, sessions
 
 receipt_patterns = (
     [
@@ -28,13 +28,6 @@ receipt_patterns = (
         path("plans/<str:plan_id>/progress/", plans.plan_progress, name="plan_progress"),
         path("plans/<str:plan_id>/execute/", plans.plan_execute, name="plan_execute"),
         path("audit/", audit.audit_log, name="audit"),
-        # The longer route first: anytext matches '/' too (a stored id renders whatever it holds).
-        path(
-            "agents/<anytext:agent_id>/gateway-repairs/",
-            agents.agent_gateway_repairs,
-            name="agent_gateway_repairs",
-        ),
-        path("agents/<anytext:agent_id>/", agents.agent_detail, name="agent"),
         path("session-memory/", session_memory.session_memory, name="session_memory"),
         path(
             "session-memory/checkpoint/",

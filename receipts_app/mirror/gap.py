@@ -15,44 +15,20 @@ gone upstream, is **in the gap** when it is open on one side and not on the othe
 - ``here``: open here, closed at the gateway (our worker or an operator put it back to work,
   or the gateway moved on in a way the mirror applied without our row following).
 
-Every count of the gap is counted through :func:`gap_q`, which is also the receipts list's
-``gap`` filter, so a count and the list it links to cannot disagree.
+Every count of the gap is counted through ``receipts_app.memory_gap.gap_q``, which is also
+the receipts list's ``gap`` filter, so a count and the list it links to cannot disagree (the
+predicate sits below the selectors, which may not import the mirror; this module counts).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, QuerySet
 
-from ..statuses import AT_RISK_STATUSES, REPAIR_QUEUE_STATUSES, REPAIR_RUNNING
-from .models import MirroredReceipt
+from ..memory_gap import GAP_SIDES, OPEN_STATUSES, gap_q
 
-OPEN_STATUSES: tuple[str, ...] = (*AT_RISK_STATUSES, *REPAIR_QUEUE_STATUSES, REPAIR_RUNNING)
-GAP_SIDES = ("gateway", "here")
-
-
-def _mirrored() -> QuerySet[MirroredReceipt]:
-    return MirroredReceipt.objects.filter(
-        source__gateway_id=OuterRef("gateway_id"),
-        idempotency_key=OuterRef("idempotency_key"),
-        gone_at__isnull=True,
-    )
-
-
-def gap_q(side: str | None = None) -> Q:
-    """Receipts in the gap (``side``: only those open at the ``gateway`` or ``here``)."""
-    gateway_open = ~Q(status__in=OPEN_STATUSES) & Q(
-        Exists(_mirrored().filter(source_status__in=OPEN_STATUSES))
-    )
-    here_open = Q(status__in=OPEN_STATUSES) & Q(
-        Exists(_mirrored().exclude(source_status__in=OPEN_STATUSES))
-    )
-    if side == "gateway":
-        return gateway_open
-    if side == "here":
-        return here_open
-    return gateway_open | here_open
+__all__ = ["GAP_SIDES", "OPEN_STATUSES", "gap_counts", "gap_q"]
 
 
 def gap_counts(qs: QuerySet) -> dict[tuple[str, str], dict[str, Any]]:

@@ -119,7 +119,7 @@ def _every_page(operator_client) -> list[tuple[str, dict]]:
         (reverse("receipts:plan_progress", args=[plan.plan_id]), hx("plan-progress")),
         (reverse("receipts:audit"), {}),
         (reverse("receipts:audit") + "?actor=u1", {}),
-        (reverse("receipts:agent", args=["main"]), {}),
+        (reverse("agents:detail", args=["main"]), {}),
         (reverse("operations:gateway_link"), {}),
         (reverse("receipts:session_memory") + f"?key={session_key}", {}),
         (reverse("sessions:list"), {}),

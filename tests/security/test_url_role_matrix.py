@@ -150,9 +150,9 @@ EXPECTED: dict[tuple[str, str], Rule] = {
     ("receipts:session_memory", "GET"): console(VIEWER, query="?key=@session"),
     ("receipts:session_checkpoint", "POST"): console(OPERATOR, body={"key": "@session"}),
     ("receipts:session_flush", "POST"): console(OPERATOR, body={"key": "@session"}),
-    ("receipts:agent", "GET"): console(VIEWER),
+    ("agents:detail", "GET"): console(VIEWER),
     # Asks a linked gateway to repair: admins only; without ?gateway= an admin gets a message.
-    ("receipts:agent_gateway_repairs", "POST"): console(ADMIN, ok_status=400, body={}),
+    ("agents:gateway_repairs", "POST"): console(ADMIN, ok_status=400, body={}),
     ("sessions:list", "GET"): console(VIEWER),
     ("sessions:detail", "GET"): console(VIEWER),
     # Orchestrator probes (operations_app): no credentials, no data

@@ -141,7 +141,7 @@ def test_the_beat_task_stores_the_gateways_verdict_and_pages_show_it_beside_ours
     assert [r.receipt_id for r in gateway_side.context["rows"]] == [ledger["acked"]]
     assert operator.get(gap_url.replace("gap=true", "gap=here")).context["rows"] == []
 
-    agent_page = operator.get(reverse("receipts:agent", args=["main"]) + f"?gateway={NAME}")
+    agent_page = operator.get(reverse("agents:detail", args=["main"]) + f"?gateway={NAME}")
     assert agent_page.status_code == 200
     body = agent_page.content.decode()
     assert "gateway says: error, 3 repairs queued" in body
@@ -160,7 +160,7 @@ def test_pages_read_the_stored_verdict_and_never_connect(gateway, ledger, operat
     for url in (
         reverse("receipts:overview"),
         reverse("operations:gateway_link"),
-        reverse("receipts:agent", args=["main"]),
+        reverse("agents:detail", args=["main"]),
     ):
         assert operator.get(url).status_code == 200
 
@@ -374,11 +374,11 @@ def test_an_admin_asks_the_gateway_to_run_its_due_repairs(gateway, ledger, admin
     script.answers["memory.repair.run"] = _repair_answer([ledger["failing"], "only-upstream"])
     link(address)
     read_gateway_links()
-    agent_url = reverse("receipts:agent", args=["main"]) + f"?gateway={NAME}"
+    agent_url = reverse("agents:detail", args=["main"]) + f"?gateway={NAME}"
     assert 'data-action="gateway-repair-run"' in admin.get(agent_url).content.decode()
 
     response = admin.post(
-        reverse("receipts:agent_gateway_repairs", args=["main"]) + f"?gateway={NAME}",
+        reverse("agents:gateway_repairs", args=["main"]) + f"?gateway={NAME}",
         follow=True,
     )
 
@@ -403,8 +403,8 @@ def test_no_repair_run_without_admin_scope_or_the_method(gateway, ledger, admin,
     script.principal = {"role": "operator", "scopes": ["operator.read"], "authState": "ok"}
     link(address)
     read_gateway_links()
-    agent_url = reverse("receipts:agent", args=["main"]) + f"?gateway={NAME}"
-    run_url = reverse("receipts:agent_gateway_repairs", args=["main"]) + f"?gateway={NAME}"
+    agent_url = reverse("agents:detail", args=["main"]) + f"?gateway={NAME}"
+    run_url = reverse("agents:gateway_repairs", args=["main"]) + f"?gateway={NAME}"
 
     assert 'data-action="gateway-repair-run"' not in admin.get(agent_url).content.decode()
     refused = admin.post(run_url)
@@ -419,7 +419,7 @@ def test_without_a_linked_gateway_the_panel_is_empty(ledger, operator) -> None:
     assert overview_panel(operator).strip() == ""
     assert (
         "gateway's own view"
-        not in operator.get(reverse("receipts:agent", args=["main"])).content.decode()
+        not in operator.get(reverse("agents:detail", args=["main"])).content.decode()
     )
 
 

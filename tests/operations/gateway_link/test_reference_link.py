@@ -83,13 +83,13 @@ def test_the_console_shows_the_real_gateways_view_the_gap_and_the_repair_run(
     assert b'opensquilla_gateway_memory_gap{agent="main",gateway="ref"} 1.0' in text
 
     admin = _client_for("admin", "ada")
-    agent_url = reverse("receipts:agent", args=["main"]) + f"?gateway={NAME}"
+    agent_url = reverse("agents:detail", args=["main"]) + f"?gateway={NAME}"
     agent_page = admin.get(agent_url).content.decode()
     assert "gateway says: error, 1 repair queued" in agent_page
     assert 'data-action="gateway-repair-run"' in agent_page
 
     ran = admin.post(
-        reverse("receipts:agent_gateway_repairs", args=["main"]) + f"?gateway={NAME}",
+        reverse("agents:gateway_repairs", args=["main"]) + f"?gateway={NAME}",
         follow=True,
     )
 

@@ -1,6 +1,10 @@
 """An agent's page: our health for the agent beside what each linked gateway itself says
 about it (the stored gateway-link readings, never a live call), and, for admins, "ask the
-gateway to run its due repairs"."""
+gateway to run its due repairs".
+
+It lives here, not with the receipts console, because it reads the gateway link
+(operations_app), which receipts_app may not import; it uses the console's helpers and
+looks like every console page."""
 
 from __future__ import annotations
 
@@ -11,14 +15,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from opensquilla_site.timeutil import now_ms
-from operations_app.gateway_link.service import RepairRunRefused, run_gateway_repairs
-from operations_app.gateway_link.views import agent_link_views
-from sessions_app.gateways import gateway_scope
-from sessions_app.keys import normalize_agent_id
-
-from ...counts import receipt_counts
-from ...health import health_for
-from ..helpers import (
+from receipts_app.console.helpers import (
     OPERATE_PERM,
     VIEW_PERM,
     HtmxHttpRequest,
@@ -28,6 +25,13 @@ from ..helpers import (
     render_error,
     render_page,
 )
+from receipts_app.counts import receipt_counts
+from receipts_app.health import health_for
+from sessions_app.gateways import gateway_scope
+from sessions_app.keys import normalize_agent_id
+
+from .gateway_link.service import RepairRunRefused, run_gateway_repairs
+from .gateway_link.views import agent_link_views
 
 
 @require_GET
@@ -70,4 +74,4 @@ def agent_gateway_repairs(request: HtmxHttpRequest, agent_id: str) -> HttpRespon
     except RepairRunRefused as exc:
         return render_error(request, str(exc), status=409)
     (messages.success if outcome.ok else messages.warning)(request, outcome.message)
-    return redirect(reverse("receipts:agent", args=[agent]) + f"?gateway={name}")
+    return redirect(reverse("agents:detail", args=[agent]) + f"?gateway={name}")
