@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import connections
 from django.db.models import Q, QuerySet
+from django.db.models.query import RawQuerySet
 
 from .exceptions import ValidationFailed
 
@@ -81,19 +84,80 @@ def keyset_page(
     order_field: str = "created_at",
 ) -> Page:
     """One page of ``qs`` ordered by ``(order_field, id)``; fetches ``limit + 1`` rows."""
+    return keyset_page_of_parts(
+        [qs], cursor=cursor, limit=limit, newest_first=newest_first, order_field=order_field
+    )
+
+
+def keyset_page_of_parts(
+    parts: Sequence[QuerySet[Any]],
+    *,
+    cursor: str | None,
+    limit: int,
+    newest_first: bool = True,
+    order_field: str = "created_at",
+) -> Page:
+    """One page of the union of ``parts`` (disjoint querysets of one model), in one query.
+
+    The same page as ``keyset_page`` of the querysets' OR, for a filter no index serves in
+    the page's order (``status IN (a, b, c)`` ordered by time): each part is its own keyset
+    page of ``limit + 1`` rows, which an index in that order can serve (``status = a``
+    ordered by time walks ``(status, created_at, id)``), and the statement keeps the first
+    ``limit + 1`` of their ``UNION ALL``. Every part is a sub-select, as SQLite allows
+    ``ORDER BY`` and ``LIMIT`` only there in a compound select. The parts must not share a
+    row (a row in two parts would be listed twice).
+    """
     if limit < 1 or limit > MAX_PAGE_SIZE:
         raise ValidationFailed(f"limit must be between 1 and {MAX_PAGE_SIZE}")
+    if not parts:
+        return Page(rows=[], next_cursor=None)
     position = decode_cursor(cursor)
-    if position is not None:
-        value, row_id = position
-        qs = keyset_after(
-            qs, order_field=order_field, value=value, tie_value=row_id, newest_first=newest_first
-        )
     order = (f"-{order_field}", "-id") if newest_first else (order_field, "id")
-    rows = list(qs.order_by(*order)[: limit + 1])
+    pages = []
+    for qs in parts:
+        if position is not None:
+            qs = keyset_after(
+                qs,
+                order_field=order_field,
+                value=position[0],
+                tie_value=position[1],
+                newest_first=newest_first,
+            )
+        pages.append(qs.order_by(*order)[: limit + 1])
+    if len(pages) == 1:
+        rows = list(pages[0])
+    else:
+        rows = list(_union_page(pages, order_field, newest_first, limit + 1))
     next_cursor = None
     if len(rows) > limit:
         rows = rows[:limit]
         last = rows[-1]
         next_cursor = encode_cursor(getattr(last, order_field), last.id)
     return Page(rows=rows, next_cursor=next_cursor)
+
+
+def _union_page(
+    pages: Sequence[QuerySet[Any]], order_field: str, newest_first: bool, size: int
+) -> RawQuerySet[Any]:
+    """``UNION ALL`` of sliced, ordered querysets, ordered and cut again: one statement.
+
+    Django's ``QuerySet.union`` cannot keep each part's ``ORDER BY … LIMIT`` on SQLite, so
+    the parts' own compiled SQL (with their parameters: ``sql_with_params``, never
+    ``str(query)``) is wrapped in sub-selects.
+    """
+    model = pages[0].model
+    column = model._meta.get_field(order_field).column
+    pk = model._meta.pk.column
+    qn = connections[pages[0].db].ops.quote_name
+    direction = "DESC" if newest_first else "ASC"
+    branches: list[str] = []
+    params: list[Any] = []
+    for index, page in enumerate(pages):
+        sql, part_params = page.query.sql_with_params()
+        branches.append(f"SELECT * FROM ({sql}) AS {qn(f'part{index}')}")  # noqa: S608
+        params.extend(part_params)
+    sql = (
+        " UNION ALL ".join(branches)
+        + f" ORDER BY {qn(column)} {direction}, {qn(pk)} {direction} LIMIT {int(size)}"
+    )
+    return model._default_manager.raw(sql, params, using=pages[0].db)

@@ -13,10 +13,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import Exists, QuerySet
 
 from opensquilla_site.exceptions import ValidationFailed
-from opensquilla_site.pagination import MAX_PAGE_SIZE, Page, keyset_page
+from opensquilla_site.pagination import MAX_PAGE_SIZE, Page, keyset_page_of_parts
 from opensquilla_site.timeutil import now_ms
 from sessions_app.gateways import GatewayNameError, using_gateway, validate_gateway_name
 from sessions_app.keys import canonicalize_session_key, normalize_agent_id
@@ -27,10 +27,12 @@ from . import counts
 from .checkpoint import checkpoint_coverage_hash, checkpoint_turn_id
 from .ledger import due_q, list_memory_durable_receipts, literal_prefix
 from .memory_gap import gap_q
-from .models import FailureGroupMember, MemoryDurableReceipt
+from .models import FailureGroupMember, MemoryDurableReceipt, ReceiptCount
 from .statuses import CHECKPOINT_SAVED, KNOWN_STATUSES
 
 COUNT_CAP = 10_000
+# A list of up to this many statuses is read one status at a time (``page_receipts``).
+MAX_STATUS_PARTS = 32
 _MS_MAX = 10**15  # about year 33658: anything larger is a typo, not a time
 
 
@@ -380,10 +382,54 @@ def page_receipts(
     limit: int = 50,
     for_console: bool = False,
 ) -> Page:
-    qs = filter_receipts(receipt_filter)
+    """One page of the filter's receipts, newest first (console list, API, CLI export).
+
+    Several statuses are read one status at a time: ``status IN (…)`` has no index in the
+    page's order, so PostgreSQL would walk ``idx_mdr_created`` and keep the rows of those
+    statuses (tens of thousands of rows for a rare status on one gateway), where ``status =
+    s`` ordered by time walks ``idx_mdr_status_created`` and stops at the page size. The
+    page is the first ``limit`` of the statuses' own pages (``keyset_page_of_parts``), every
+    other criterion applied to each: the same rows in the same order, in one query.
+    """
+    f = receipt_filter
+    statuses = tuple(dict.fromkeys(f.statuses))
+    if 1 < len(statuses) <= MAX_STATUS_PARTS:
+        parts = [_unless_uncounted(filter_receipts(f.with_statuses(s)), f, s) for s in statuses]
+    else:
+        one = statuses[0] if len(statuses) == 1 else None
+        parts = [_unless_uncounted(filter_receipts(f), f, one)]
     if for_console:
-        qs = qs.for_console()  # type: ignore[attr-defined]
-    return keyset_page(qs, cursor=cursor, limit=limit)
+        parts = [qs.for_console() for qs in parts]  # type: ignore[attr-defined]
+    return keyset_page_of_parts(parts, cursor=cursor, limit=limit)
+
+
+def _unless_uncounted(
+    qs: QuerySet[MemoryDurableReceipt], f: ReceiptFilter, status: str | None
+) -> QuerySet[MemoryDurableReceipt]:
+    """``qs``, read only when the counts table holds a receipt of its gateway, agent, scopes
+    and ``status``.
+
+    Walking an index in time order keeps the rows of one gateway (or agent): when it has
+    none of that status, the walk reads every row of the status before it answers nothing
+    (all 5,000 ``repair_failed`` rows of other gateways for an empty *given up* list). The
+    counts are exact in the statement's own snapshot (``receipts_app.counts``), so an
+    uncorrelated ``EXISTS`` on them (evaluated once, before the walk) skips that walk and
+    never a row. Only the criteria the counts table knows are checked; the rest stay in ``qs``.
+    """
+    criteria: dict[str, Any] = {}
+    if f.gateway is not None:
+        criteria["gateway_id"] = f.gateway
+    if f.agent:
+        criteria["agent_id"] = f.agent
+    if f.scopes:
+        criteria["scope__in"] = f.scopes
+    if not criteria:  # the walk is an index seek already (or no filter at all)
+        return qs
+    if status is not None:
+        criteria["status"] = status
+    elif f.statuses:
+        criteria["status__in"] = f.statuses
+    return qs.filter(Exists(ReceiptCount.objects.filter(n__gt=0, **criteria)))
 
 
 def capped_count(qs: QuerySet[Any], cap: int = COUNT_CAP) -> int:
