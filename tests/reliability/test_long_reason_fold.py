@@ -58,6 +58,10 @@ def _answered_well(response) -> bool:
 
 
 def test_long_reasons_fold_while_small_writes_are_all_answered():
+    # An earlier transactional test's flush can leave count deltas of rows it deleted (the
+    # triggers fire on the flush's DELETEs); start from counts that match the empty table, so
+    # the drift asserted below is this test's own.
+    counts.rebuild_counts()
     if not is_postgres():
         with connection.cursor() as cur:
             cur.execute("PRAGMA journal_mode")
