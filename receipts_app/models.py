@@ -176,8 +176,8 @@ class ReceiptEvent(models.Model):
     session_key = models.TextField(blank=True, default="")
     # The gateway of the receipt or session the event is about (``local`` for events written
     # before gateways had their own). A plain name, as in the counts: the trail outlives rows,
-    # and an audited write checks no foreign key. No index: the audit log's gateway filter
-    # walks idx_event_created newest first (docs/OPERATIONS.md).
+    # and an audited write checks no foreign key. The audit log's gateway filter reads
+    # idx_event_gateway (other gateways) or walks idx_event_created (``local``, most rows).
     gateway_id = models.CharField(max_length=64, default=current_gateway)
     created_at = models.BigIntegerField(default=now_ms)
     actor = models.CharField(max_length=150, default="system")
@@ -206,6 +206,14 @@ class ReceiptEvent(models.Model):
                 fields=["plan_id", "created_at", "id"],
                 name="idx_event_plan",
                 condition=Q(plan_id__isnull=False),
+            ),
+            # The audit log's ``?gateway=`` for a gateway other than ``local``: without it a
+            # small gateway's page walks every newer event of the others. Partial, so
+            # ``local``'s writes (a single-gateway deployment's every write) pay nothing.
+            models.Index(
+                fields=["gateway_id", "created_at", "id"],
+                name="idx_event_gateway",
+                condition=~Q(gateway_id="local"),
             ),
         ]
 

@@ -7,6 +7,7 @@ import re
 
 import pytest
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from opensquilla_site.tokens import create_api_token
 from receipts_app import ledger
@@ -94,3 +95,22 @@ def test_the_events_api_names_the_gateway(edge_failure, sent):
     items = Client().get(path, **auth).json()["items"]
     assert [(i["action"], i["gateway"]) for i in items] == [("requeue", "edge")]
     assert Client().get(f"{path}?gateway=local", **auth).json()["items"] == []
+
+
+@pytest.mark.postgres
+def test_the_audit_logs_gateway_filter_reads_its_own_index(require_postgres):
+    """``?gateway=b`` reads the partial index of other gateways' events, not every newer event
+    of every gateway (``local``'s writes pay nothing for that index)."""
+    from django.db import connection
+
+    from receipts_app.console.selectors import page_audit_events
+
+    ensure_gateway("b")
+    with CaptureQueriesContext(connection) as captured, using_gateway("b"):
+        page_audit_events({})
+    sql = next(q["sql"] for q in captured.captured_queries if "receiptevent" in q["sql"].lower())
+    with connection.cursor() as cur:
+        cur.execute("SET LOCAL enable_seqscan = off")
+        cur.execute("EXPLAIN " + sql)
+        plan = "\n".join(r[0] for r in cur.fetchall())
+    assert "idx_event_gateway" in plan, plan
