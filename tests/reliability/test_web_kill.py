@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from bench.soak_embedded import Gate, Stack, web_workers
-from tests.worker.conftest import wait_for
+from tests.worker.conftest import supervised_stack, wait_for
 
 pytestmark = pytest.mark.worker
 
@@ -24,16 +24,8 @@ pytestmark = pytest.mark.worker
 @pytest.fixture
 def stack(tmp_path, monkeypatch):
     # Two workers in all: one per instance (the Procfile's default split).
-    monkeypatch.setenv("WEB_WORKERS", "2")
-    monkeypatch.setenv("WORKER_CONCURRENCY", "1")
-    running = Stack(tmp_path)
-    running.prepare()
-    running.start()
-    try:
-        running.wait_ready()
+    with supervised_stack(tmp_path, monkeypatch, web_workers=2) as running:
         yield running
-    finally:
-        running.stop()
 
 
 class Probes:

@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -43,6 +44,25 @@ def service_marks() -> list[pytest.MarkDecorator]:
     if BROKER_IS_REDIS:
         marks.append(pytest.mark.redis)
     return marks
+
+
+@contextmanager
+def supervised_stack(tmp_path: Path, monkeypatch: Any, *, web_workers: int) -> Iterator[Any]:
+    """The process set ``make run`` starts (bench/soak_embedded.py's ``Stack``: the Procfile
+    under honcho), ready to answer, with ``web_workers`` gunicorn workers in all and one pool
+    child; stopped on exit."""
+    from bench.soak_embedded import Stack
+
+    monkeypatch.setenv("WEB_WORKERS", str(web_workers))
+    monkeypatch.setenv("WORKER_CONCURRENCY", "1")
+    running = Stack(tmp_path)
+    running.prepare()
+    running.start()
+    try:
+        running.wait_ready()
+        yield running
+    finally:
+        running.stop()
 
 
 def wait_for(predicate: Callable[[], Any], *, what: str, timeout: float = WAIT_TIMEOUT) -> Any:

@@ -11,8 +11,7 @@ import time
 import httpx
 import pytest
 
-from bench.soak_embedded import Stack
-from tests.worker.conftest import wait_for
+from tests.worker.conftest import supervised_stack, wait_for
 
 pytestmark = pytest.mark.worker
 
@@ -20,16 +19,8 @@ pytestmark = pytest.mark.worker
 @pytest.fixture
 def stack(tmp_path, monkeypatch):
     # One web worker and one pool child: the same supervision, a quicker start.
-    monkeypatch.setenv("WEB_WORKERS", "1")
-    monkeypatch.setenv("WORKER_CONCURRENCY", "1")
-    running = Stack(tmp_path)
-    running.prepare()
-    running.start()
-    try:
-        running.wait_ready()
+    with supervised_stack(tmp_path, monkeypatch, web_workers=1) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def _checkpoint(http: httpx.Client, key: str) -> None:
