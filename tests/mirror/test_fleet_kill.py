@@ -7,13 +7,11 @@ once (docs/MIRROR.md "Exactly once", "Several gateways").
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,9 +19,13 @@ import pytest
 from receipts_app.mirror.models import MirrorSource
 from receipts_app.models import MemoryDurableReceipt
 from sessions_app.models import TranscriptEntry
-from tests.worker.conftest import worker_database_url
 
-from .test_reference_writer import CONVERGE_SECONDS, ref_python, write  # noqa: F401
+from .test_reference_writer import (  # noqa: F401 - fixtures
+    CONVERGE_SECONDS,
+    ref_python,
+    start_follower,
+    write,
+)
 
 pytestmark = [
     pytest.mark.reference,
@@ -35,45 +37,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def follow(tmp_path) -> Iterator[Callable[[Path, str], subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    env = {
-        **os.environ,
-        "DATABASE_URL": worker_database_url(),
-        "OPENSQUILLA_CHECKPOINT_WORKSPACE": str(tmp_path / "ours"),
-    }
-
-    def start(db: Path, gateway: str) -> subprocess.Popen[bytes]:
-        log = (tmp_path / f"follower-{gateway}-{len(started)}.log").open("wb")
-        process = subprocess.Popen(  # noqa: S603 - fixed argv, our own venv
-            [
-                sys.executable,
-                str(ROOT / "manage.py"),
-                "import_opensquilla",
-                str(db),
-                "--follow",
-                "--gateway",
-                gateway,
-                "--interval",
-                "0.2",
-                "--no-progress",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
+def follow(start_follower) -> Callable[..., subprocess.Popen[bytes]]:  # noqa: F811
+    """``follow(db, gateway)``: a follower of ``db`` under ``gateway``'s name."""
+    return start_follower
 
 
 def source_rows(db: Path) -> tuple[dict[str, tuple[str, int]], list[str]]:

@@ -54,7 +54,9 @@ def write(ref_python: Path, db: Path, *args: str) -> subprocess.Popen[str]:
 
 
 @pytest.fixture
-def start_follower(tmp_path) -> Iterator[Callable[[Path], subprocess.Popen[bytes]]]:
+def start_follower(tmp_path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start ``import_opensquilla DB --follow`` (``gateway``: under that gateway's name);
+    every follower still running at the end is stopped."""
     started: list[subprocess.Popen[bytes]] = []
     env = {
         **os.environ,
@@ -62,8 +64,9 @@ def start_follower(tmp_path) -> Iterator[Callable[[Path], subprocess.Popen[bytes
         "OPENSQUILLA_CHECKPOINT_WORKSPACE": str(tmp_path / "ours"),
     }
 
-    def start(db: Path) -> subprocess.Popen[bytes]:
-        log = (tmp_path / f"follower-{len(started)}.log").open("wb")
+    def start(db: Path, gateway: str | None = None) -> subprocess.Popen[bytes]:
+        named = ["--gateway", gateway] if gateway else []
+        log = (tmp_path / f"follower-{gateway or 'local'}-{len(started)}.log").open("wb")
         process = subprocess.Popen(  # noqa: S603 - fixed argv, our own venv
             [
                 sys.executable,
@@ -71,6 +74,7 @@ def start_follower(tmp_path) -> Iterator[Callable[[Path], subprocess.Popen[bytes
                 "import_opensquilla",
                 str(db),
                 "--follow",
+                *named,
                 "--interval",
                 "0.2",
                 "--no-progress",
