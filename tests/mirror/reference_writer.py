@@ -84,6 +84,11 @@ async def receipts(
     return {"session_id": session_id, "receipts": len(statuses)}
 
 
+def waiting_flag(go: Path) -> Path:
+    """The file ``churn`` creates when it starts waiting for ``go``."""
+    return go.with_name(go.name + ".waiting")
+
+
 async def churn(storage: SessionStorage, pause: float, delete_when: Path | None) -> dict:
     sessions = {}
     receipts = []
@@ -98,6 +103,14 @@ async def churn(storage: SessionStorage, pause: float, delete_when: Path | None)
             receipts.append(
                 await receipt(storage, key, session_id, f"maintenance_{uuid.uuid4().hex}", status)
             )
+        if round_ == 10:
+            # The test says when the follower has caught up (the sessions, and round 9's
+            # failures still failed), so the deletion and the recoveries below are changes
+            # to something mirrored, whatever the machine's load.
+            if delete_when is not None:
+                waiting_flag(delete_when).touch()
+            while delete_when is not None and not delete_when.exists():
+                await asyncio.sleep(0.05)
         # the repair side moves earlier failures on, bumping updated_at
         for old in receipts[-12:-6]:
             if old.status == "checkpoint_failed":
@@ -105,10 +118,6 @@ async def churn(storage: SessionStorage, pause: float, delete_when: Path | None)
                     old.receipt_id, status="checkpoint_recovered", attempt_count=1
                 )
         if round_ == 10:
-            # The test says when the follower has seen the session, so its deletion is a
-            # deletion of something mirrored, whatever the machine's load.
-            while delete_when is not None and not delete_when.exists():
-                await asyncio.sleep(0.05)
             doomed = next(iter(sessions))
             await storage.delete_session(doomed)
             deleted.append(doomed)

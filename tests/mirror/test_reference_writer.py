@@ -147,7 +147,22 @@ def test_the_mirror_converges_on_a_live_0_3_0_writer(ref_python, start_follower,
     go = tmp_path / "delete-now"
     writer = write(ref_python, db, "churn", "--pause", "0.05", "--delete-when", str(go))
     doomed = "agent:main:telegram:group:-1000:sender:0"
-    wait_until(lambda: Session.objects.filter(session_key=doomed).exists(), "the first session")
+
+    def caught_up_at_the_pause() -> bool:
+        # The writer pauses at round 10 until ``go``; by then it has written round 9's
+        # failures, which it recovers only after, so a follower that has caught up here sees
+        # each of them fail and then recover (not the recovered state alone).
+        if not (go.parent / (go.name + ".waiting")).exists():
+            return False
+        mirrored = ours()["receipts"]
+        now = source(db)["receipts"]
+        return (
+            Session.objects.filter(session_key=doomed).exists()
+            and any(status == "checkpoint_failed" for status, _ in now.values())
+            and all(mirrored.get(k) == v for k, v in now.items())
+        )
+
+    wait_until(caught_up_at_the_pause, "the first session and round 9's failures")
     go.touch()
     out, err = writer.communicate(timeout=300)
     assert writer.returncode == 0, err
