@@ -296,7 +296,9 @@ def apply_entries(
             remapped_sessions.add(values["session_key"])
         by_identity[identity] = entry
         report.transcript_entries.created += 1
-    insert_entries(keep_id)
+    for entry in insert_entries(keep_id):
+        new_id.append(entry)
+        remapped_sessions.add(entry.session_key)
     if new_id:
         # Fresh ids must come after every kept id, so reset the sequence first.
         reset_entry_sequence()
@@ -401,12 +403,15 @@ def record_transcript_edits(
 _ENTRY_INSERT_FIELDS = tuple(f for f in TranscriptEntry._meta.concrete_fields)
 
 
-def insert_entries(entries: Sequence[TranscriptEntry]) -> None:
+def insert_entries(entries: Sequence[TranscriptEntry]) -> list[TranscriptEntry]:
     """Insert entries with their ids set, as one ``executemany``: ``bulk_create`` compiled the
     same INSERT for every 500 rows and spent most of a large import doing so. Each value is
-    prepared by its field exactly as a model save would (JSON included)."""
+    prepared by its field exactly as a model save would (JSON included).
+
+    Returns the entries whose id was taken meanwhile (another gateway's follower inserted it
+    since this batch looked): they are not inserted, and get a new id from the caller."""
     if not entries:
-        return
+        return []
     table = connection.ops.quote_name(TranscriptEntry._meta.db_table)
     columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in _ENTRY_INSERT_FIELDS)
     marks = ", ".join(["%s"] * len(_ENTRY_INSERT_FIELDS))
@@ -416,9 +421,25 @@ def insert_entries(entries: Sequence[TranscriptEntry]) -> None:
     ]
     with connection.cursor() as cursor:
         cursor.executemany(
-            f"INSERT INTO {table} ({columns}) VALUES ({marks})",  # noqa: S608 - model metadata
+            f"INSERT INTO {table} ({columns}) VALUES ({marks}) "  # noqa: S608 - model metadata
+            "ON CONFLICT (id) DO NOTHING",
             params,
         )
+        inserted = cursor.rowcount
+    if inserted == len(entries):
+        return []
+    # Only after a lost race: which ids now hold another row than the one meant for them.
+    held = {
+        pk: identity
+        for pk, *identity in TranscriptEntry._base_manager.filter(
+            id__in=[e.id for e in entries]
+        ).values_list("id", "gateway_id", "session_id", "message_id")
+    }
+    gateway = current_gateway()
+    taken = [e for e in entries if held.get(e.id) != [gateway, e.session_id, e.message_id]]
+    for entry in taken:
+        entry.id = None
+    return taken
 
 
 def warn_remapped(report: ImportReport, session_keys: set[str]) -> None:

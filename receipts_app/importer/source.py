@@ -11,7 +11,7 @@ import hashlib
 import json
 import sqlite3
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,9 @@ from .schema import SchemaVersion, read_schema_version
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 CHUNK = 500
+
+# ``seen(natural key, updated_at)``: the caller already holds this row at this stamp.
+SeenStamp = Callable[[Any, Any], bool]
 
 # Columns every supported release (0.3.0 and later) has. Anything else is optional and read
 # as NULL when absent: the coverage columns, for one, were added by a later migration.
@@ -392,11 +395,15 @@ class SourceDatabase:
     # everything changed since a cursor comes after it. Upstream has no index on updated_at;
     # SQLite sorts once per read, and the reader streams the result in CHUNK-row batches.
 
-    def sessions_after(self, updated_at: int, session_key: str) -> Iterator[list[SourceSession]]:
+    def sessions_after(
+        self, updated_at: int, session_key: str, *, seen: SeenStamp | None = None
+    ) -> Iterator[list[SourceSession]]:
+        """Sessions after the keyset position; ``seen(key, updated_at)`` true drops a row
+        before it is converted (the mirror's overlap re-read finds mostly rows it applied)."""
         where = "updated_at > ? OR (updated_at = ? AND session_key > ?)"
         params = (updated_at, updated_at, session_key)
         for batch in self._select("sessions", "updated_at, session_key", where, params):
-            yield [_session(row) for row in batch]
+            yield [_session(row) for row in _unseen(batch, "session_key", seen)]
 
     def entries_after(self, entry_id: int) -> Iterator[list[SourceEntry]]:
         # AUTOINCREMENT ids: a later commit always has a larger id.
@@ -404,12 +411,15 @@ class SourceDatabase:
             self.reads["entries"] += len(batch)
             yield [_entry(row) for row in batch]
 
-    def receipts_after(self, updated_at: int, key: str) -> Iterator[list[SourceReceipt]]:
+    def receipts_after(
+        self, updated_at: int, key: str, *, seen: SeenStamp | None = None
+    ) -> Iterator[list[SourceReceipt]]:
+        """Receipts after the keyset position; ``seen`` as for :meth:`sessions_after`."""
         where = "updated_at > ? OR (updated_at = ? AND idempotency_key > ?)"
         params = (updated_at, updated_at, key)
         order = "updated_at, idempotency_key"
         for batch in self._select("memory_durable_receipts", order, where, params):
-            yield [_receipt(row) for row in batch]
+            yield [_receipt(row) for row in _unseen(batch, "idempotency_key", seen)]
 
     def keys(self, table: str) -> set[str]:
         """Every session key (``sessions``) or idempotency key (``memory_durable_receipts``)."""
@@ -570,6 +580,12 @@ _RECEIPT_TEXT_OPTIONAL = (
 
 
 _RECEIPT_MAX_LEN = {"scope": 64, "status": 64, "content_hash": 128, "coverage_hash": 128}
+
+
+def _unseen(batch: list[dict[str, Any]], key: str, seen: SeenStamp | None) -> list[dict[str, Any]]:
+    if seen is None:
+        return batch
+    return [row for row in batch if not seen(row[key], row["updated_at"])]
 
 
 def _receipt(row: dict[str, Any]) -> SourceReceipt:

@@ -50,6 +50,7 @@ from .watch import SourceProblem, WatchedSource, classify
 log = logging.getLogger("receipts_app.mirror")
 
 RECONCILE_SECONDS = 300.0
+_LEASE_FIELDS = ("lease_owner", "lease_until")
 _CURSOR_FIELDS = (
     "sessions_updated_at",
     "sessions_key",
@@ -149,10 +150,14 @@ class Follower:
             if not changed and not due and src.initial_sync_done and not self._digest_due():
                 self._heartbeat_if_due()
                 return "idle"
-            result = self._sync(src, db)
             if due or not src.initial_sync_done:
+                result = self._sync(src, db)
                 self._reconcile(db)
-            self._record_ok(result, initial=not src.initial_sync_done)
+                self._record_ok(result, initial=not src.initial_sync_done)
+            else:
+                # The usual pass: recorded in the pass's own last transaction.
+                result = self._sync(src, db, record=True)
+                self._after_ok(result)
             return "synced"
         except Standby as exc:
             self.watch.forget_version()
@@ -271,7 +276,7 @@ class Follower:
             return False  # the initial pass reconciles at its end anyway
         return dropped or now_ms() - self._last_reconcile >= self.reconcile_ms
 
-    def _sync(self, src: MirrorSource, db: SourceDatabase) -> PassResult:
+    def _sync(self, src: MirrorSource, db: SourceDatabase, *, record: bool = False) -> PassResult:
         totals: dict[str, int] = {}
         if not src.initial_sync_done:
             self._set_phase("importing")
@@ -292,8 +297,11 @@ class Follower:
             recent_receipts=self._recent_receipts,
             strong_checked=self._strong_checked,
             strong_pending=self._strong_pending,
-        ).run()
+        ).run(finish=self._note_passed if record else None)
         return result
+
+    def _note_passed(self, src: MirrorSource, result: PassResult) -> list[str]:
+        return self._note_ok(src, result, initial=False)
 
     def _reconcile(self, db: SourceDatabase) -> None:
         outcome = reconcile(
@@ -327,43 +335,56 @@ class Follower:
         )
 
     def _record_ok(self, result: PassResult, *, initial: bool) -> None:
-        now = now_ms()
+        """Record a finished pass in a transaction of its own (after a reconciliation)."""
         with transaction.atomic(), audit.acting_as(MIRROR_ACTOR):
             src = lock_source(self.source_id, self.owner, self.lease_ms)
-            if src.error:
-                log.info("mirror: %s readable again (%s cleared)", self.path, src.error_code)
-            src.error, src.error_code, src.error_since = "", "", None
-            src.warning = self._workspace_warning()
-            src.phase = "following"
-            src.heartbeat_at = now
-            src.last_sync_at = now
-            if result.applied:
-                src.last_change_at = now
-                src.rows_applied += result.applied
-                if result.newest_source_ms is not None:
-                    src.lag_ms = max(0, now - result.newest_source_ms)
-            if initial:
-                src.initial_sync_done = True
-                report = result.report
-                audit.record_event(
-                    receipt_id="",
-                    action="import",
-                    reason=f"mirror of {self.path}: initial import",
-                    details={
-                        "source": str(self.path),
-                        "sessions": report.sessions.line(),
-                        "transcript_entries": report.transcript_entries.line(),
-                        "receipts": report.receipts.line(),
-                        "files": report.files.line(),
-                    },
-                )
-            src.save()
-            Gateway.objects.filter(name=self.gateway).update(last_seen_at=now)
+            src.save(update_fields=[*self._note_ok(src, result, initial=initial), *_LEASE_FIELDS])
+        self._after_ok(result)
+
+    def _note_ok(self, src: MirrorSource, result: PassResult, *, initial: bool) -> list[str]:
+        """On the locked row: the pass went well. Returns the fields it set."""
+        now = now_ms()
+        if src.error:
+            log.info("mirror: %s readable again (%s cleared)", self.path, src.error_code)
+        src.error, src.error_code, src.error_since = "", "", None
+        src.warning = self._workspace_warning()
+        src.phase = "following"
+        src.heartbeat_at = now
+        src.last_sync_at = now
+        fields = ["error", "error_code", "error_since", "warning", "phase"]
+        fields += ["heartbeat_at", "last_sync_at"]
+        if result.applied:
+            src.last_change_at = now
+            src.rows_applied += result.applied
+            fields += ["last_change_at", "rows_applied"]
+            if result.newest_source_ms is not None:
+                src.lag_ms = max(0, now - result.newest_source_ms)
+                fields.append("lag_ms")
+        if initial:
+            src.initial_sync_done = True
+            fields.append("initial_sync_done")
+            report = result.report
+            audit.record_event(
+                receipt_id="",
+                action="import",
+                reason=f"mirror of {self.path}: initial import",
+                details={
+                    "source": str(self.path),
+                    "sessions": report.sessions.line(),
+                    "transcript_entries": report.transcript_entries.line(),
+                    "receipts": report.receipts.line(),
+                    "files": report.files.line(),
+                },
+            )
+        Gateway.objects.filter(name=self.gateway).update(last_seen_at=now)
+        return fields
+
+    def _after_ok(self, result: PassResult) -> None:
         for warning in result.report.warnings:
             log.warning("mirror: %s", warning)
         self._problem = None
         self._standby_logged = False
-        self._last_heartbeat = now
+        self._last_heartbeat = now_ms()
         if result.applied:
             log.info(
                 "mirror: applied %d row(s) from %s (%d status change(s))",

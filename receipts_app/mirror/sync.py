@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,14 +86,15 @@ class RecentlyApplied:
 
     The overlap re-read finds them again on every pass; skipping them here keeps a busy
     source's passes short (no lookups, no transaction) without changing any outcome: the
-    database-side dedupe would call each of them unchanged. Filled only after a commit.
+    database-side dedupe would call each of them unchanged. Filled as batches apply; a pass
+    that fails puts it back as it was (SyncPass.run).
     """
 
     def __init__(self) -> None:
         self.stamps: dict[str, int] = {}
 
-    def fresh(self, key: str, updated_at: int) -> bool:
-        return self.stamps.get(key) != updated_at
+    def seen(self, key: str, updated_at: int) -> bool:
+        return self.stamps.get(key) == updated_at
 
     def remember(self, pairs: Sequence[tuple[str, int]]) -> None:
         self.stamps.update(pairs)
@@ -181,16 +183,92 @@ class SyncPass:
         self.touched: set[str] = set()
         self.applied_entries: dict[str, Fingerprint] = {}
         self._skipped_recorded = 0
+        # The open transaction (see _held_source): its locked source row, the context that
+        # commits it, the cursor fields it moved and the rows it holds.
+        self._held: MirrorSource | None = None
+        self._scope: ExitStack | None = None
+        self._dirty: set[str] = set()
+        self._rows_held = 0
 
-    def run(self) -> PassResult:
-        start = MirrorSource.objects.get(pk=self.source_id)
-        self._sessions(start)
-        through = self._entries(start)
-        self._edits(through)
-        self._receipts(start)
+    def run(
+        self, finish: Callable[[MirrorSource, PassResult], Sequence[str]] | None = None
+    ) -> PassResult:
+        """The pass. ``finish(src, result)`` runs in the pass's last transaction, with the
+        source row locked, before it commits (the follower records the pass there); it
+        returns the fields of ``src`` it set, saved with the cursors."""
+        kept = self._follower_state()
+        try:
+            start = self._held_source()
+            self._sessions(start)
+            through = self._entries(start)
+            self._edits(through)
+            self._receipts(start)
+            if finish is not None:
+                self._dirty.update(finish(self._held_source(), self.result))
+            self._commit()
+        except BaseException as exc:
+            self._abort(exc)
+            self._restore_follower_state(kept)
+            raise
         return self.result
 
-    # --- one transaction per batch ----------------------------------------------------------
+    def _follower_state(self) -> tuple[dict[str, int], ...]:
+        return (
+            dict(self.recent_sessions.stamps),
+            dict(self.recent_receipts.stamps),
+            dict(self.strong_checked),
+            dict(self.strong_pending),
+        )
+
+    def _restore_follower_state(self, kept: tuple[dict[str, int], ...]) -> None:
+        """A pass that failed leaves the follower's memory as it was before it: what it
+        remembered applying was rolled back with its transaction (the next pass, reading from
+        the committed cursors, would otherwise skip those rows as already applied)."""
+        sessions, receipts, checked, pending = kept
+        self.recent_sessions.stamps = sessions
+        self.recent_receipts.stamps = receipts
+        # The follower holds these two dicts: change them in place.
+        self.strong_checked.clear()
+        self.strong_checked.update(checked)
+        self.strong_pending.clear()
+        self.strong_pending.update(pending)
+
+    # --- the pass's transactions --------------------------------------------------------------
+    #
+    # A following pass is a handful of rows in each stage: one transaction of ours for the whole
+    # pass (one lock, one cursor write, one commit) instead of one per batch, which is most of a
+    # small pass's cost. A long pass (the initial import, a catch-up after downtime) commits
+    # every ``CHUNK`` rows, so it keeps its progress as it goes; the rows and the cursors that
+    # cover them always commit together, so a kill at any point loses and repeats nothing.
+
+    def _held_source(self) -> MirrorSource:
+        """The locked source row of the open transaction; opens one (locks, takes the lease)."""
+        if self._held is None:
+            transaction_scope = ExitStack()
+            transaction_scope.enter_context(transaction.atomic())
+            transaction_scope.enter_context(audit.acting_as(MIRROR_ACTOR))
+            self._scope = transaction_scope  # rolled back by run() if the lock fails
+            self._held = lock_source(self.source_id, self.owner, self.lease_ms)
+            self._dirty = set()
+            self._rows_held = 0
+        return self._held
+
+    def _commit(self) -> None:
+        if self._held is None:
+            return
+        src, scope = self._held, self._scope
+        self._held, self._scope = None, None
+        src.heartbeat_at = now_ms()
+        src.save(update_fields=sorted({*self._dirty, "lease_owner", "lease_until", "heartbeat_at"}))
+        assert scope is not None
+        scope.close()
+
+    def _abort(self, exc: BaseException) -> None:
+        """Roll the open transaction back (nothing of it is kept, its cursors included)."""
+        scope = self._scope
+        self._held, self._scope = None, None
+        if scope is not None:
+            scope.__exit__(type(exc), exc, exc.__traceback__)
 
     def _apply(
         self,
@@ -198,18 +276,20 @@ class SyncPass:
         expected: tuple[Any, ...],
         new_position: tuple[Any, ...],
         apply: Callable[[MirrorSource], None],
+        rows: int = 0,
     ) -> tuple[Any, ...]:
-        with transaction.atomic(), audit.acting_as(MIRROR_ACTOR):
-            src = lock_source(self.source_id, self.owner, self.lease_ms)
-            if tuple(getattr(src, name) for name in cursor_fields) != expected:
-                raise CursorMoved
-            apply(src)
-            self._record_skipped(src)
-            position = max(expected, new_position)
-            for name, value in zip(cursor_fields, position, strict=True):
-                setattr(src, name, value)
-            src.heartbeat_at = now_ms()
-            src.save(update_fields=[*cursor_fields, "lease_owner", "lease_until", "heartbeat_at"])
+        src = self._held_source()
+        if tuple(getattr(src, name) for name in cursor_fields) != expected:
+            raise CursorMoved
+        apply(src)
+        self._record_skipped(src)
+        position = max(expected, new_position)
+        for name, value in zip(cursor_fields, position, strict=True):
+            setattr(src, name, value)
+        self._dirty.update(cursor_fields)
+        self._rows_held += rows
+        if self._rows_held >= CHUNK:
+            self._commit()
         return position
 
     def _record_skipped(self, src: MirrorSource) -> None:
@@ -249,9 +329,8 @@ class SyncPass:
         position: tuple[Any, ...] = (start.sessions_updated_at, start.sessions_key)
         since = max(0, start.sessions_updated_at - OVERLAP_MS)
         done = 0
-        for read in self.db.sessions_after(since, ""):
-            done += len(read)
-            batch = [r for r in read if self.recent_sessions.fresh(r.session_key, r.updated_at)]
+        for batch in self.db.sessions_after(since, "", seen=self.recent_sessions.seen):
+            done += len(batch)
             if batch:
                 last = batch[-1]
 
@@ -265,7 +344,9 @@ class SyncPass:
                     if after > before:
                         self._newest(max(row.updated_at for row in batch))
 
-                position = self._apply(fields, position, (last.updated_at, last.session_key), apply)
+                position = self._apply(
+                    fields, position, (last.updated_at, last.session_key), apply, len(batch)
+                )
                 self.recent_sessions.remember([(r.session_key, r.updated_at) for r in batch])
                 # A touched session: upstream bumps updated_at on every transcript write,
                 # the in-place rewrite of a row included (docs/MIRROR.md).
@@ -295,7 +376,7 @@ class SyncPass:
                     rows.reset_entry_sequence()
                     self._newest(max(row.created_at for row in batch))
 
-            position = self._apply(fields, position, (last_id,), apply)
+            position = self._apply(fields, position, (last_id,), apply, len(batch))
             for entry in batch:
                 self.applied_entries[entry.session_id] = self.applied_entries.get(
                     entry.session_id, Fingerprint()
@@ -395,13 +476,8 @@ class SyncPass:
         position: tuple[Any, ...] = (start.receipts_updated_at, start.receipts_key)
         since = max(0, start.receipts_updated_at - OVERLAP_MS)
         done = 0
-        for read in self.db.receipts_after(since, ""):
-            done += len(read)
-            batch = [
-                r
-                for r in read
-                if self.recent_receipts.fresh(r.values["idempotency_key"], r.values["updated_at"])
-            ]
+        for batch in self.db.receipts_after(since, "", seen=self.recent_receipts.seen):
+            done += len(batch)
             if batch:
                 last = batch[-1].values
 
@@ -409,7 +485,11 @@ class SyncPass:
                     self._apply_receipts(src, batch)
 
                 position = self._apply(
-                    fields, position, (last["updated_at"], last["idempotency_key"]), apply
+                    fields,
+                    position,
+                    (last["updated_at"], last["idempotency_key"]),
+                    apply,
+                    len(batch),
                 )
                 self.recent_receipts.remember(
                     [(r.values["idempotency_key"], r.values["updated_at"]) for r in batch]

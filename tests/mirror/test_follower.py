@@ -359,3 +359,31 @@ def test_a_deleted_source_row_is_recreated(gateway):
     assert f.poll() == "retry"
     assert f.poll() == "synced"
     assert MirrorSource.objects.get().initial_sync_done
+
+
+def test_a_pass_that_fails_midway_is_applied_whole_by_the_next(gateway, monkeypatch):
+    """One pass is one transaction of ours: a failure in its receipts stage rolls its
+    sessions and messages back too, and the next pass applies all of them (not skipping
+    the rolled-back session as one it had applied)."""
+    from receipts_app.importer import rows
+
+    gateway.add_session(GROUP_SENDER_KEY)
+    f = follower(gateway)
+    assert f.poll() == "synced"  # the initial pass
+    gateway.add_session(GUEST_KEY)
+    gateway.add_entry(GUEST_KEY, "kept")
+    receipt = gateway.add_receipt(GUEST_KEY, status="checkpoint_failed", reason="disk full")
+    real = rows.apply_receipts
+
+    def failing(*args, **kwargs):
+        raise sqlite3.OperationalError("database is locked")  # the writer, mid-pass
+
+    monkeypatch.setattr(rows, "apply_receipts", failing)
+    assert f.poll() == "error"
+    assert not Session.objects.filter(session_key=GUEST_KEY).exists()  # rolled back whole
+    monkeypatch.setattr(rows, "apply_receipts", real)
+
+    assert f.poll() == "synced"
+    assert Session.objects.filter(session_key=GUEST_KEY).exists()
+    assert TranscriptEntry.objects.filter(session_key=GUEST_KEY, content="kept").exists()
+    assert row(receipt["receipt_id"]).status == "checkpoint_failed"

@@ -161,3 +161,46 @@ def test_configured_sources_are_named_gateways():
     for bad in ("/srv/a/sessions.db", "Host=/x.db", "a=/x.db a=/y.db"):
         with pytest.raises(ImportSourceError):
             parse_sources(bad)
+
+
+def test_an_entry_id_taken_by_another_gateway_after_the_check_gets_a_new_one():
+    """Two followers insert upstream ids at once: the one that loses the race for an id is not
+    an error that rolls its pass back; its entry gets a new id, and the winner keeps its row."""
+    from receipts_app.importer.rows import insert_entries
+
+    with using_gateway("b"):
+        Gateway.objects.get_or_create(name="b", defaults={"display_name": "b"})
+        session_services.create_session(KEY)
+        session_id = Session.objects.get(session_key=KEY).session_id
+        winner = TranscriptEntry(
+            id=7,
+            session_id=session_id,
+            session_key=KEY,
+            message_id="b-7",
+            role="user",
+            content="b's",
+            created_at=1,
+        )
+        assert insert_entries([winner]) == []
+    late = TranscriptEntry(
+        id=7,
+        session_id="a-session",
+        session_key=KEY,
+        message_id="a-7",
+        role="user",
+        content="a's",
+        created_at=1,
+    )
+    free = TranscriptEntry(
+        id=8,
+        session_id="a-session",
+        session_key=KEY,
+        message_id="a-8",
+        role="user",
+        content="a's too",
+        created_at=1,
+    )
+    assert insert_entries([late, free]) == [late]  # given back for a new id
+    assert late.id is None
+    assert TranscriptEntry._base_manager.get(id=7).content == "b's"
+    assert TranscriptEntry._base_manager.get(id=8).gateway_id == "local"
