@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from django.core.management.color import no_style
 from django.db import connection
 
 from opensquilla_site.identifiers import control_character_problem
@@ -302,7 +301,7 @@ def apply_entries(
     if new_id:
         # Fresh ids must come after every kept id, so reset the sequence first.
         reset_entry_sequence()
-        TranscriptEntry.objects.bulk_create(new_id, batch_size=500)
+        insert_with_new_ids(new_id)
         report.remapped_entry_ids += len(new_id)
     if to_update:
         with _coverage_reanswered(edits) as answer:
@@ -453,12 +452,42 @@ def warn_remapped(report: ImportReport, session_keys: set[str]) -> None:
 
 def reset_entry_sequence() -> None:
     """After explicit-id inserts, move PostgreSQL's sequence past them (SQLite needs nothing:
-    its AUTOINCREMENT counter follows the largest id inserted)."""
-    statements = connection.ops.sequence_reset_sql(no_style(), [TranscriptEntry])
-    if statements:
+    its AUTOINCREMENT counter follows the largest id inserted).
+
+    Never backwards: the sequence is not transactional, and another gateway's follower may
+    have moved it past ids this transaction cannot see yet (Django's own reset sets it to the
+    visible maximum, which would hand those ids out again)."""
+    if connection.vendor != "postgresql":
+        return
+    table = TranscriptEntry._meta.db_table
+    biggest = f"SELECT COALESCE(MAX(id), 1) FROM {connection.ops.quote_name(table)}"  # noqa: S608 - model metadata
+    sql = (
+        "SELECT setval(pg_get_serial_sequence(%s, 'id'), "
+        f"GREATEST(nextval(pg_get_serial_sequence(%s, 'id')), ({biggest})))"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [table, table])
+
+
+def insert_with_new_ids(entries: Sequence[TranscriptEntry]) -> None:
+    """Insert entries whose upstream ids were taken, with ids of ours. On PostgreSQL the ids
+    come from the sequence and are inserted like upstream ones, so an id another follower
+    inserted meanwhile (its explicit id above the sequence, before it moved the sequence) is
+    skipped and drawn again rather than failing the pass. SQLite has one writer at a time."""
+    if connection.vendor != "postgresql":
+        TranscriptEntry.objects.bulk_create(entries, batch_size=500)
+        return
+    pending = list(entries)
+    table = TranscriptEntry._meta.db_table
+    while pending:
         with connection.cursor() as cursor:
-            for sql in statements:
-                cursor.execute(sql)
+            cursor.execute(
+                "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
+                [table, len(pending)],
+            )
+            for entry, (new_id,) in zip(pending, cursor.fetchall(), strict=True):
+                entry.id = new_id
+        pending = insert_entries(pending)
 
 
 # --- receipts -----------------------------------------------------------------------------
