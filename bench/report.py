@@ -385,6 +385,25 @@ def mirror_fleet_figures(runs: list[dict]) -> tuple[list[Row], list[str]]:
                 "limit": "mirror_fleet",
             }
         )
+        budget = r.get("cpu_budget")
+        if budget:
+            rows.append(
+                {
+                    "figure": f"CPU per receipt write, {n} gateways (`{r['name']}`): the "
+                    "reference writer's, and our follower's per write applied",
+                    "value": f"writer {budget['writer_cpu_ms_per_write']:.2f} ms, follower "
+                    f"{budget['follower_cpu_ms_per_write']:.2f} ms; at "
+                    f"{r['rate_per_gateway']:g}/s × {n} the writers alone need "
+                    f"{budget['writers_cores_at_asked_rate']:.1f} cores, the followers "
+                    f"{budget['followers_cores_at_asked_rate']:.1f}; this machine has "
+                    f"{budget['cores']}",
+                    "goal": "the asked load fits the machine",
+                    "met": met(o.get("asked_rate_reached", True)),
+                    "measured": measured,
+                    "command": cmd(r),
+                    "limit": "mirror_fleet",
+                }
+            )
         rows.append(
             {
                 "figure": f"mirror follower's idle cost per gateway, {n} gateways "
@@ -573,20 +592,20 @@ LIMITS = {
     "mirror_fleet": (
         "Every gateway's writer is a reference `SessionStorage` process committing a message and "
         "a receipt per write (two durable SQLite commits), and every follower its own Django "
-        "process, all on the machine's 2 cores with PostgreSQL and the other tenants (a load "
-        "of 7–10 before the benchmark starts). At 100 writes/s asked per gateway the machine "
-        "is out of CPU: the writers reach 13–14/s, and the lag then measures waiting for a "
-        "core more than the follower's work. What a follower needs is in the lightest run's "
-        "CPU column: about 1.7 % of a core at 10 writes/s (some 0.85 ms of CPU per row applied: "
-        "the batch read and checked, the ledger's bulk upsert, the mirror's bookkeeping, the "
-        "touched session's fingerprint), so ten gateways at 100/s need about 1.7 cores for "
-        "the followers alone, besides the writers and PostgreSQL. One `run_mirror` process "
-        "(the Procfile's way) runs every follower thread on one interpreter, one core's worth "
-        "of Python at most: it let the writers reach 50/s each but fell 15–26 s behind. For "
-        "many busy gateways, run a follower process per gateway (`import_opensquilla --follow "
-        "--gateway NAME`), on a machine with the cores for them. Idle, a follower costs a "
-        "`stat` of the file and its WAL and one `PRAGMA data_version` per poll (0.5 s), and a "
-        "heartbeat every 10 s."
+        "process, all on the machine's 2 cores with PostgreSQL. The asked load does not fit "
+        "this machine: a reference write costs 6 ms of CPU (the CPU row), so ten writers at "
+        "100/s need 6 cores for themselves; here they reach about 16/s each, and the run "
+        "measures the lag at that load (met, 0 lost). A busy follower pass is one transaction "
+        "of ours (docs/MIRROR.md): about 25 ms of CPU for the pass (its 18 queries) plus about "
+        "0.6 ms per row, so a gateway written at 100/s costs its follower about 11 % of a core "
+        "(one gateway alone: lag p99 0.7 s) and ten such gateways need a bit over one core for "
+        "the followers, besides the writers and PostgreSQL. One `run_mirror` process (the "
+        "Procfile's way) runs every follower thread on one interpreter, one core's worth of "
+        "Python at most; for many busy gateways, run a follower process per gateway "
+        "(`import_opensquilla --follow --gateway NAME`), or one on each gateway's host (the "
+        "edge process set, docs/OPERATIONS.md). Idle, a follower costs a `stat` of the file "
+        "and its WAL, one `PRAGMA data_version` and one read of its source row per poll "
+        "(0.5 s), and a heartbeat every 10 s."
     ),
     "reads": (
         "Both reads are one prepared statement over an index (`idx_mdr_coverage`, "
