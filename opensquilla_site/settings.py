@@ -156,6 +156,16 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "NAME": str(VAR_DIR / f"test_opensquilla_{os.getpid()}.sqlite3")
     }
 
+# PostgreSQL's JIT compiles any plan whose estimated cost passes jit_above_cost. Every query
+# here is OLTP-sized, so it only ever adds latency: the overview's one health statement (a few
+# dozen index probes, 0.1 s to run) spent 2.9 s compiling 1,160 functions at 5M receipts
+# (bench/fleet_view.py). OPENSQUILLA_PG_JIT=on leaves the server's setting (e.g. behind a
+# pooler that refuses startup options).
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    if os.environ.get("OPENSQUILLA_PG_JIT", "off").lower() != "on":
+        pg_options = DATABASES["default"].setdefault("OPTIONS", {})
+        pg_options["options"] = f"{pg_options.get('options', '')} -c jit=off".strip()
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Permissions in one query per request (opensquilla_site/permission_backend.py).

@@ -141,13 +141,9 @@ def _by_status(rows: Sequence[CountRow], key: HealthKey, statuses: tuple[str, ..
     return {s: out[s] for s in statuses if out.get(s)}
 
 
-def _window_sql(gateway: str | None, agent: str | None, gated: bool) -> str:
+def _window_sql(gateway: str | None, agent: str | None) -> str:
     """The agent's ``SAMPLE_LIMIT`` newest rows, in an order only its ``(agent_id, created_at,
     id)`` index gives, so the plan is a bounded backward index scan at any ledger size.
-
-    ``gated``: read the window only when some row of the agent matches the heuristic at all
-    (the overview, which shows the findings but not how many rows were checked); a ledger with
-    no such row then costs one index probe per agent instead of ``SAMPLE_LIMIT`` heap rows.
 
     Upstream's window is the newest rows under the literal ``agent:<id>:`` prefix. Of the rows
     with this ``agent_id`` only subagent keys (``subagent:agent:<id>:…``) lack that prefix, so
@@ -157,46 +153,36 @@ def _window_sql(gateway: str | None, agent: str | None, gated: bool) -> str:
     ``_in_prefix`` still checks the literal prefix on the window's rows.
     """
     columns = "receipt_id, status, reason, created_at, id, session_key"
-    where, limit = _gate(gateway, agent) if gated else ("", str(SAMPLE_LIMIT))
     scope = _scope_sql(gateway)
     if agent is None:
         return (
-            f"SELECT {columns} FROM {T} WHERE {scope}1 = 1{where} "
-            f"ORDER BY created_at DESC, id DESC LIMIT {limit}"
+            f"SELECT {columns} FROM {T} WHERE {scope}1 = 1 "
+            f"ORDER BY created_at DESC, id DESC LIMIT {SAMPLE_LIMIT}"
         )
     return (
         f"SELECT {columns} FROM {T} WHERE {scope}agent_id = %s "
-        f"AND session_key NOT LIKE 'subagent:%%'"
-        f"{where} ORDER BY agent_id DESC, created_at DESC, id DESC LIMIT {limit}"
+        f"AND session_key NOT LIKE 'subagent:%%' "
+        f"ORDER BY agent_id DESC, created_at DESC, id DESC LIMIT {SAMPLE_LIMIT}"
     )
 
 
-def _gate(gateway: str | None, agent: str | None) -> tuple[str, str]:
-    """The gated window's extra WHERE term and its LIMIT, placed where each planner skips the
-    scan when no row matches (both measured at 1M-5M rows, bench/scale.py):
-    - PostgreSQL turns an uncorrelated WHERE term into a one-time filter above the scan; a
-      computed LIMIT instead makes it give up the index order (330 ms at 5M rows);
-    - SQLite evaluates such a WHERE term once but still walks every row of the agent, failing
-      each (32 ms an agent at 1M rows); a LIMIT of 0 ends the scan before it starts.
-    """
-    if connection.vendor == "postgresql":
-        return f" AND {_any_mismatch_sql(gateway, agent)}", str(SAMPLE_LIMIT)
-    return "", f"(CASE WHEN {_any_mismatch_sql(gateway, agent)} THEN {SAMPLE_LIMIT} ELSE 0 END)"
+def _window_params(gateway: str | None, agent: str | None) -> list[Any]:
+    return [*_scope_params(gateway), *([] if agent is None else [agent])]
 
 
-def _any_mismatch_sql(gateway: str | None, agent: str | None) -> str:
-    """True when any of the agent's rows (at any age) matches the heuristic: a probe of the
-    partial index ``idx_mdr_hash_mismatch``, which holds only such rows. Uncorrelated, so both
-    planners evaluate it once, before the window's scan, and skip the scan when it is false."""
-    agent_where = "" if agent is None else "agent_id = %s AND "
-    scope = _scope_sql(gateway)
-    return f"EXISTS (SELECT 1 FROM {T} WHERE {scope}{agent_where}{_HASH_MISMATCH_SQL})"
-
-
-def _window_params(gateway: str | None, agent: str | None, gated: bool) -> list[Any]:
-    # The same terms twice when gated: the window's WHERE, then the gate's EXISTS.
-    once = [*_scope_params(gateway), *([] if agent is None else [agent])]
-    return once + once if gated else once
+def match_probe() -> tuple[str, list[Any]]:
+    """Every (gateway, agent) in the gateway scope with a row the heuristic matches, at any
+    age: a read of the partial index ``idx_mdr_hash_mismatch``, which holds only such rows
+    (the query repeats its condition, as both planners require to use it)."""
+    scope = _gateway(None)
+    where = "" if scope is None else "gateway_id = %s AND "
+    # SQLite would rather walk an index that gives DISTINCT its order, past every row.
+    forced = " INDEXED BY idx_mdr_hash_mismatch" if connection.vendor == "sqlite" else ""
+    sql = (
+        f"SELECT DISTINCT gateway_id, agent_id FROM {T}{forced} "  # noqa: S608
+        f"WHERE {where}{_HASH_MISMATCH_SQL}"
+    )
+    return sql, [] if scope is None else [scope]
 
 
 def _in_prefix(agent: str | None) -> str:
@@ -213,65 +199,88 @@ def _prefix_params(agent: str | None) -> list[Any]:
 def _read_samples(
     keys: Sequence[HealthKey], rows: Sequence[CountRow], *, count_checked: bool
 ) -> list[_Sample]:
-    """One statement for every (gateway, agent) (None: every gateway in scope, every agent):
+    """For every (gateway, agent) (None: every gateway in scope, every agent):
     - the hash-mismatch window: of the agent's ``SAMPLE_LIMIT`` newest rows under its literal
       key prefix (as upstream reads them), which match and (``count_checked``) how many were
       checked; without the count, the window is read only when the agent has a match at all;
     - the first ``SAMPLE_IDS`` at-risk rows, when the counts say there are any;
     - the oldest queued ``created_at``: one index probe per (agent, queued status) with rows.
+
+    One statement. Without the count it carries the match probe (``match_probe``) instead of
+    the windows, and a second statement reads the windows of the keys it flags, if any.
+    Gating each window inside the one statement made it one EXISTS per key, and PostgreSQL
+    spent 0.1 s planning 40 of them (10 gateways × 4 agents) for a statement that ran in 16 ms.
     """
     samples = [_Sample() for _ in keys]
     if not keys:
         return samples
+    every = range(len(keys))
+    flagged = _read(
+        keys,
+        rows,
+        samples,
+        windows=every if count_checked else (),
+        first=True,
+        checked=count_checked,
+    )
+    if flagged:
+        marked = [i for i in every if _matches_any(keys[i], flagged)]
+        _read(keys, rows, samples, windows=marked, first=False, checked=False)
+    return samples
+
+
+def _read(
+    keys: Sequence[HealthKey],
+    rows: Sequence[CountRow],
+    samples: list[_Sample],
+    *,
+    windows: Sequence[int],
+    first: bool,
+    checked: bool,
+) -> set[tuple[str, str]]:
+    """One statement: the windows of ``windows`` (and their counts when ``checked``); when
+    ``first``, every key's at-risk and queue probes, and (no count asked) the match probe.
+    Fills ``samples``; returns the (gateway, agent) pairs the match probe flagged."""
     ctes: list[str] = []
     cte_params: list[Any] = []  # the WITH clause comes first in the statement
     parts: list[str] = []
     params: list[Any] = []
-    for index, key in enumerate(keys):
-        gateway, agent = key
-        gated = not count_checked
-        ctes.append(f"w{index} AS ({_window_sql(gateway, agent, gated)})")
-        cte_params += _window_params(gateway, agent, gated)
+    for index in windows:
+        gateway, agent = keys[index]
+        ctes.append(f"w{index} AS ({_window_sql(gateway, agent)})")
+        cte_params += _window_params(gateway, agent)
         parts.append(
-            "SELECT 'm' AS kind, %s AS idx, receipt_id, created_at, id "
+            f"SELECT 'm' AS kind, %s AS idx, receipt_id, created_at, id "
             f"FROM w{index} WHERE {_in_prefix(agent)}{_HASH_MISMATCH_SQL}"
         )
         params += [index, *_prefix_params(agent)]
-        if count_checked:
+        if checked:
             parts.append(
                 "SELECT 'n', %s, NULL, "
                 f"(SELECT COUNT(*) FROM w{index} WHERE {_in_prefix(agent)}1 = 1), "
                 "CAST(NULL AS BIGINT)"
             )
             params += [index, *_prefix_params(agent)]
-        mine = _rows_of(rows, key)
-        if any(r.status in MEMORY_SAFETY_ERROR_STATUSES for r in mine):
-            agent_where = "" if agent is None else "agent_id = %s AND "
+    if first:
+        if not checked:
+            probe, probe_params = match_probe()
+            # kind "g:<gateway>", the agent where the receipt id goes.
             parts.append(
-                "SELECT 's', %s, receipt_id, created_at, id FROM ("
-                f"SELECT receipt_id, created_at, id FROM {T} WHERE "
-                f"{_scope_sql(gateway)}{agent_where}"
-                f"status IN {_in(MEMORY_SAFETY_ERROR_STATUSES)} "
-                f"ORDER BY created_at, id LIMIT {SAMPLE_IDS}) AS s{index}"
+                f"SELECT 'g:' || gateway_id, NULL, agent_id, NULL, NULL FROM ({probe}) AS g"
             )
-            params += [index, *_scope_params(gateway)] + ([] if agent is None else [agent])
-        # One probe per (gateway, agent, queued status) the counts say has rows.
-        for gateway_id, agent_id, status in sorted(
-            {
-                (r.gateway_id, r.agent_id, r.status)
-                for r in mine
-                if r.status in REPAIR_QUEUE_STATUSES
-            }
-        ):
-            parts.append(
-                "SELECT 'q', %s, NULL, "
-                f"(SELECT MIN(created_at) FROM {T} WHERE gateway_id = %s AND agent_id = %s "
-                "AND status = %s), CAST(NULL AS BIGINT)"
-            )
-            params += [index, gateway_id, agent_id, status]
+            params += probe_params
+        for index, key in enumerate(keys):
+            _probe_parts(index, key, rows, parts, params)
+    if not parts:
+        return set()
+    flagged: set[tuple[str, str]] = set()
+    with_clause = f"WITH {', '.join(ctes)} " if ctes else ""
     with connection.cursor() as cur:
-        cur.execute(f"WITH {', '.join(ctes)} " + " UNION ALL ".join(parts), [*cte_params, *params])
+        cur.execute(with_clause + " UNION ALL ".join(parts), [*cte_params, *params])
         for kind, idx, receipt_id, number, row_id in cur.fetchall():
+            if kind.startswith("g:"):
+                flagged.add((kind[2:], str(receipt_id)))
+                continue
             sample = samples[int(idx)]
             if kind == "m":
                 sample.mismatched.append((int(number), int(row_id), receipt_id))
@@ -282,7 +291,54 @@ def _read_samples(
             elif number is not None:
                 current = sample.oldest_queued
                 sample.oldest_queued = number if current is None else min(current, number)
-    return samples
+    return flagged
+
+
+def _probe_parts(
+    index: int, key: HealthKey, rows: Sequence[CountRow], parts: list[str], params: list[Any]
+) -> None:
+    """The key's at-risk sample and oldest-queued probes, for the statements the counts call for."""
+    gateway, agent = key
+    mine = _rows_of(rows, key)
+    at_risk = sorted({r.status for r in mine if r.status in MEMORY_SAFETY_ERROR_STATUSES})
+    if at_risk:
+        # The oldest few of each at-risk status the counts say it has, then the oldest few of
+        # those: each probe walks an index in order (agent, status, created_at, or status,
+        # created_at, id). One IN over the statuses walked the created_at index instead, past
+        # every other row (4 ms a key at 5M receipts).
+        agent_where = "" if agent is None else "agent_id = %s AND "
+        # Each probe in its own subquery: SQLite takes no parenthesised compound member.
+        probes = " UNION ALL ".join(
+            f"SELECT * FROM (SELECT receipt_id, created_at, id FROM {T} WHERE "
+            f"{_scope_sql(gateway)}{agent_where}status = %s "
+            f"ORDER BY created_at, id LIMIT {SAMPLE_IDS}) AS p{index}_{n}"
+            for n, _ in enumerate(at_risk)
+        )
+        parts.append(
+            "SELECT 's', %s, receipt_id, created_at, id FROM ("
+            f"SELECT receipt_id, created_at, id FROM ({probes}) AS p{index} "
+            f"ORDER BY created_at, id LIMIT {SAMPLE_IDS}) AS s{index}"
+        )
+        params.append(index)
+        for status in at_risk:
+            params += [*_scope_params(gateway), *([] if agent is None else [agent]), status]
+    # One probe per (gateway, agent, queued status) the counts say has rows.
+    for gateway_id, agent_id, status in sorted(
+        {(r.gateway_id, r.agent_id, r.status) for r in mine if r.status in REPAIR_QUEUE_STATUSES}
+    ):
+        parts.append(
+            "SELECT 'q', %s, NULL, "
+            f"(SELECT MIN(created_at) FROM {T} WHERE gateway_id = %s AND agent_id = %s "
+            "AND status = %s), CAST(NULL AS BIGINT)"
+        )
+        params += [index, gateway_id, agent_id, status]
+
+
+def _matches_any(key: HealthKey, flagged: set[tuple[str, str]]) -> bool:
+    gateway, agent = key
+    return any(
+        (gateway is None or g == gateway) and (agent is None or a == agent) for g, a in flagged
+    )
 
 
 def _memory_safety(key: HealthKey, rows: Sequence[CountRow], sample: _Sample) -> dict:
