@@ -650,6 +650,14 @@ LIMITS = {
         "a core: at the load of this run (below 1) every goal page is within 50 ms; at the "
         "loads of 7 to 11 that the machine's other tenants caused during earlier runs, the "
         "same pages took 100 to 160 ms, mostly waiting."
+        " On this run's machine (an AMD EPYC, 2 cores) the receipts pages are bound by "
+        "Python, not SQL: 40–78 ms of CPU per request, most of it rendering the 50 rows' "
+        "template (links reversed and text truncated per row), against 4–15 ms of SQL; the same "
+        "pages measured 22–36 ms in an earlier run on an Intel Xeon (commit f1468f6). The overview's own "
+        "time (no goal here) is the 24-hour timeline's grouped count over the day's rows "
+        "(about 0.2 s at 167k receipts a day) and the health statement; PostgreSQL's JIT, "
+        "which spent 2.9 s compiling that statement, is off for our connections "
+        "(`OPENSQUILLA_PG_JIT`, docs/OPERATIONS.md)."
     ),
     "api": (
         "gunicorn's 2 sync workers on the 2 cores shared with PostgreSQL and `wrk`: requests/s "
@@ -731,7 +739,7 @@ costs every write its entry.
 | `idx_mdr_source_path`, `idx_mdr_target_path` | legacy-archive import's "already recorded?" check, repair by path (an OR of two columns: one index each) |
 | `idx_mdr_reason_trgm` (PostgreSQL) | `?reason=` contains |
 | `idx_mdr_repair_due` (partial: repair-queue rows only) | oldest due repair per agent for `/metrics`, alerts and liveness: one probe per agent |
-| `idx_mdr_hash_mismatch` (partial: rows matching health's hash-mismatch heuristic, normally none) | the overview's gate: one probe per agent tells there is nothing to find |
+| `idx_mdr_hash_mismatch` (partial: rows matching health's hash-mismatch heuristic, normally none) | the overview's match probe: one read names the (gateway, agent) pairs with anything to find; windows are read for those only |
 | events: `idx_event_receipt` (receipt_id, created_at, id) | a receipt's trail; its prefix serves every lookup by receipt_id |
 | events: `idx_event_plan` (partial: `plan_id IS NOT NULL`) | the audit log's plan filter, a plan's follow-up tally |
 """
