@@ -365,6 +365,8 @@ def mirror_fleet_figures(runs: list[dict]) -> tuple[list[Row], list[str]]:
     detail: list[str] = []
     for r in sorted(runs, key=lambda r: r["name"]):
         o, n, mode = r["overall"], r["gateways"], r["mode"]
+        many = f"{n} gateways at once" if n != 1 else "1 gateway"
+        gateways = f"{n} gateways" if n != 1 else "1 gateway"
         how = (
             "a follower process each" if mode == "processes" else "one `run_mirror`, a thread each"
         )
@@ -372,7 +374,7 @@ def mirror_fleet_figures(runs: list[dict]) -> tuple[list[Row], list[str]]:
         measured = f"{when(r)}; load {_mirror_fleet_load(r)}"
         rows.append(
             {
-                "figure": f"mirror lag, {n} gateways at once ({how}), each written by the "
+                "figure": f"mirror lag, {many} ({how}), each written by the "
                 f"reference at {r['rate_per_gateway']:g} receipts/s asked (achieved "
                 f"{min(rates):.1f}–{max(rates):.1f}/s), into one PostgreSQL (`{r['name']}`)",
                 "value": f"worst gateway p99 {o['worst_gateway_lag_p99_s']:.2f} s; all: p50 "
@@ -389,7 +391,7 @@ def mirror_fleet_figures(runs: list[dict]) -> tuple[list[Row], list[str]]:
         if budget:
             rows.append(
                 {
-                    "figure": f"CPU per receipt write, {n} gateways (`{r['name']}`): the "
+                    "figure": f"CPU per receipt write, {gateways} (`{r['name']}`): the "
                     "reference writer's, and our follower's per write applied",
                     "value": f"writer {budget['writer_cpu_ms_per_write']:.2f} ms, follower "
                     f"{budget['follower_cpu_ms_per_write']:.2f} ms; at "
@@ -406,7 +408,7 @@ def mirror_fleet_figures(runs: list[dict]) -> tuple[list[Row], list[str]]:
             )
         rows.append(
             {
-                "figure": f"mirror follower's idle cost per gateway, {n} gateways "
+                "figure": f"mirror follower's idle cost per gateway, {gateways} "
                 f"({r['idle_seconds']:g} s, sources unchanged; `{r['name']}`)",
                 "value": f"worst {o['worst_gateway_idle_cpu_percent']:.2f} % of one core",
                 "goal": f"≤ {r['idle_goal_percent']:g} %",
@@ -598,7 +600,7 @@ LIMITS = {
         "measures the lag at that load (met, 0 lost). A busy follower pass is one transaction "
         "of ours (docs/MIRROR.md): about 25 ms of CPU for the pass (its 18 queries) plus about "
         "0.6 ms per row, so a gateway written at 100/s costs its follower about 11 % of a core "
-        "(one gateway alone: lag p99 0.7 s) and ten such gateways need a bit over one core for "
+        "(one gateway alone, `mirror_fleet_one`: lag p99 0.7 s) and ten such gateways need a bit over one core for "
         "the followers, besides the writers and PostgreSQL. One `run_mirror` process (the "
         "Procfile's way) runs every follower thread on one interpreter, one core's worth of "
         "Python at most; for many busy gateways, run a follower process per gateway "
