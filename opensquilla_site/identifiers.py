@@ -20,6 +20,10 @@ import re
 # One compiled character class: the bulk API checks six columns of 1,000 rows per request.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 RULE = "must not contain control characters (line breaks, tabs, NUL and the like)"
+# The longest idempotency key (or session key) any door accepts: the API's PUT refuses a longer
+# one, and every key a service composes (a checkpoint's from its session key and turn id) is
+# held to the same bound before anything is written.
+IDEMPOTENCY_KEY_MAX = 4000
 
 
 def control_character_problem(value: str) -> str | None:

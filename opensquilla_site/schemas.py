@@ -16,7 +16,7 @@ from django.urls import register_converter
 from ninja import Schema
 from pydantic import AfterValidator, Field
 
-from .identifiers import control_character_problem
+from .identifiers import IDEMPOTENCY_KEY_MAX, control_character_problem
 
 INT32_MAX = 2**31 - 1
 MS_MAX = 10**15  # the ledger's "a time past this is a typo" bound (receipts_app.selectors)
@@ -94,9 +94,11 @@ ShortText = Annotated[str, Field(max_length=64), AfterValidator(clean_identifier
 IdText = Annotated[str, Field(max_length=128), AfterValidator(clean_identifier)]
 Text = Annotated[str, Field(max_length=1_000_000), AfterValidator(clean_text)]
 # An idempotency key (or any other long identifier).
-KeyText = Annotated[str, Field(min_length=1, max_length=4000), AfterValidator(clean_identifier)]
+KeyText = Annotated[
+    str, Field(min_length=1, max_length=IDEMPOTENCY_KEY_MAX), AfterValidator(clean_identifier)
+]
 SessionKeyText = Annotated[
-    str, Field(min_length=1, max_length=4000), AfterValidator(clean_session_key)
+    str, Field(min_length=1, max_length=IDEMPOTENCY_KEY_MAX), AfterValidator(clean_session_key)
 ]
 JsonValue = Annotated[Any, AfterValidator(clean_json)]
 Int32 = Annotated[int, Field(ge=0, le=INT32_MAX)]

@@ -7,6 +7,7 @@ One scrape runs a fixed number of queries whatever the ledger's size (see docs/O
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -22,6 +23,7 @@ from opensquilla_site import timeutil
 from receipts_app.counts import CountRow, receipt_counts
 from receipts_app.mirror.gap import gap_counts
 from receipts_app.selectors import ReceiptFilter, filter_receipts
+from receipts_app.statuses import KNOWN_SCOPES, KNOWN_STATUSES
 
 from . import counters, heartbeats
 from .gateway_link.states import LinkState
@@ -33,14 +35,31 @@ from .queues import queue_depths
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
+# The label a status or scope outside the known vocabulary is counted under: a row's status
+# and scope are free text in the ledger (a PUT may write any), and one series per value would
+# let a client grow the scrape without bound.
+OTHER_LABEL = "other"
+
+
+def _bounded_receipt_series(counts: list[CountRow]) -> dict[tuple[str, str, str, str], int]:
+    """Receipt counts per (agent, scope, status, gateway), unknown scopes and statuses summed
+    under ``other``."""
+    series: dict[tuple[str, str, str, str], int] = defaultdict(int)
+    for row in counts:
+        scope = row.scope if row.scope in KNOWN_SCOPES else OTHER_LABEL
+        status = row.status if row.status in KNOWN_STATUSES else OTHER_LABEL
+        series[(row.agent_id, scope, status, row.gateway_id)] += row.count
+    return series
+
+
 def _ledger_metrics(now: int, counts: list[CountRow]) -> Iterator[Metric]:
     receipts = GaugeMetricFamily(
         "opensquilla_receipts",
         "Receipts in the ledger per agent, scope, status and gateway.",
         labels=["agent", "scope", "status", "gateway"],
     )
-    for row in counts:
-        receipts.add_metric([row.agent_id, row.scope, row.status, row.gateway_id], row.count)
+    for series, count in _bounded_receipt_series(counts).items():
+        receipts.add_metric(list(series), count)
     yield receipts
 
     # Every series with an agent label names its gateway too: the same agent name on two

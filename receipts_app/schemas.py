@@ -14,6 +14,7 @@ from pydantic import (
     model_validator,
 )
 
+from opensquilla_site.identifiers import IDEMPOTENCY_KEY_MAX
 from opensquilla_site.pagination import MAX_PAGE_SIZE
 from opensquilla_site.schemas import (
     EpochMs,
@@ -375,7 +376,12 @@ class FlushOut(Schema):
 
 
 class CheckpointIn(Schema):
-    turn_id: Text | None = None
+    # It becomes part of the receipt's idempotency key: bounded and checked as one (the service
+    # also holds the whole key to the bound, which depends on the session key's length).
+    turn_id: (
+        Annotated[str, Field(max_length=IDEMPOTENCY_KEY_MAX), AfterValidator(clean_identifier)]
+        | None
+    ) = None
 
     model_config = {"extra": "forbid"}
 

@@ -36,6 +36,7 @@ from .checkpoint.attempt import (
     recorded_failure,
     saved_result,
 )
+from .checkpoint.record import turn_id_problem
 from .models import MemoryDurableReceipt
 
 logger = logging.getLogger(__name__)
@@ -48,6 +49,12 @@ def _live_session(session_key: str) -> Session:
     return session
 
 
+def _check_turn_id(session: Session, turn_id: str | None) -> None:
+    problem = turn_id_problem(session.session_key, turn_id)
+    if problem is not None:
+        raise ValueError(problem)
+
+
 def _has_transcript(session: Session) -> bool:
     return TranscriptEntry.objects.here().filter(session_id=session.session_id).exists()
 
@@ -56,9 +63,11 @@ def queue_checkpoint(*, session_key: str, actor: Actor, turn_id: str | None = No
     """Queue a checkpoint of the live transcript; returns the Celery task id.
 
     Raises ``KeyError`` for an unknown session and ``ValueError`` for an empty transcript
-    (upstream writes no receipt for that case, so queueing it would leave no trace).
+    (upstream writes no receipt for that case, so queueing it would leave no trace) or a turn
+    id no idempotency key could hold.
     """
     session = _live_session(session_key)
+    _check_turn_id(session, turn_id)
     if not _has_transcript(session):
         raise ValueError("checkpoint transcript cannot be empty")
     with transaction.atomic():
@@ -159,6 +168,7 @@ def checkpoint_now(
     receipt (the deadline ran out) raises ``CheckpointNotRecorded``.
     """
     session = _live_session(session_key)
+    _check_turn_id(session, turn_id)
     _runs_here(f"the checkpoint of {session.session_key}")
     _record_trigger("checkpoint_now", session, actor, None, turn_id=turn_id, outcome="in_process")
     with audit.acting_as(actor):

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from asgiref.sync import async_to_sync
 from django.conf import settings
 
+from opensquilla_site.identifiers import IDEMPOTENCY_KEY_MAX, control_character_problem
 from sessions_app import services as session_services
 from sessions_app.keys import canonicalize_session_key
 
@@ -82,6 +83,42 @@ def _configured_workspace(workspace_dir: str | os.PathLike[str] | None) -> Path:
     return Path(chosen)
 
 
+def saved_checkpoint_key(session_key: str, turn_id: str, content_hash: str) -> str:
+    """A saved checkpoint's idempotency key (upstream's format)."""
+    return f"checkpoint:{session_key}:{turn_id}:{content_hash}"
+
+
+def failed_checkpoint_key(session_key: str, turn_id: str, body_hash: str, error_tag: str) -> str:
+    """A failed checkpoint's idempotency key (upstream's format)."""
+    return f"checkpoint:{session_key}:{turn_id}:{body_hash}:failed:{error_tag}"
+
+
+# The longest hashes those keys carry: a SHA-256 hex digest and a 16-character error tag.
+_LONGEST_KEY = failed_checkpoint_key("", "", "0" * 64, "0" * 16)
+
+
+def turn_id_problem(session_key: str, turn_id: str | None) -> str | None:
+    """Why a checkpoint of ``session_key`` cannot take ``turn_id`` (None: it can).
+
+    The turn id flows into the receipt's idempotency key, which every door bounds at
+    ``IDEMPOTENCY_KEY_MAX`` characters; a longer key would be stored here, yet no surface could
+    name it again. So a turn id is refused before anything is queued or written.
+    """
+    if not turn_id:
+        return None
+    problem = control_character_problem(turn_id)
+    if problem is not None:
+        return f"turn_id {problem}"
+    longest = len(_LONGEST_KEY) + len(session_key) + len(turn_id)
+    if longest > IDEMPOTENCY_KEY_MAX:
+        room = max(0, IDEMPOTENCY_KEY_MAX - len(_LONGEST_KEY) - len(session_key))
+        return (
+            f"turn_id is too long: {len(turn_id)} characters; with this session key the "
+            f"receipt's idempotency key allows at most {room}"
+        )
+    return None
+
+
 def _failure_receipt(
     *,
     session_key: str,
@@ -103,7 +140,7 @@ def _failure_receipt(
         coverage_turn_id=coverage[0],
         coverage_hash=coverage[1],
         coverage_entry_count=coverage[2],
-        idempotency_key=f"checkpoint:{session_key}:{turn_id}:{body_hash}:failed:{error_tag}",
+        idempotency_key=failed_checkpoint_key(session_key, turn_id, body_hash, error_tag),
         status=CHECKPOINT_FAILED,
         reason=str(error),
         attempt_count=1,
@@ -128,7 +165,7 @@ def _saved_receipt(
         coverage_turn_id=coverage[0],
         coverage_hash=coverage[1],
         coverage_entry_count=coverage[2],
-        idempotency_key=f"checkpoint:{session_key}:{turn_id}:{written['content_hash']}",
+        idempotency_key=saved_checkpoint_key(session_key, turn_id, written["content_hash"]),
         status=CHECKPOINT_SAVED,
         attempt_count=1,
     )

@@ -42,6 +42,7 @@ CHECKED_VIEWS = frozenset(
         "sessions:list",
     }
 )
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _NAMES_ATTR = "_console_gateway_names"
 # A message lists at most this many known names.
 _NAMES_SHOWN = 20
@@ -103,7 +104,10 @@ class ConsoleGatewayMiddleware:
             return render_error(request, str(exc), status=400)  # type: ignore[arg-type]
         # Without a login the view sends the browser to the login page; nothing is said
         # about which gateways exist.
-        if request.user.is_authenticated and match.view_name in CHECKED_VIEWS:
+        # An action (any POST) is checked too: a refusal there must name the gateway, not say
+        # "session not found" about a session that may well exist under its real gateway.
+        checked = match.view_name in CHECKED_VIEWS or request.method not in SAFE_METHODS
+        if request.user.is_authenticated and checked:
             names = console_gateways(request)
             if name not in names:
                 return _not_found(request, name, names)

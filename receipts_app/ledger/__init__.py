@@ -188,6 +188,10 @@ def _apply_limit(qs: QuerySet[MemoryDurableReceipt], limit: int) -> list[MemoryD
     return list(qs[:limit])
 
 
+# The longest prefix matched with LIKE (an index can serve it); longer ones compare exactly.
+LIKE_PREFIX_MAX = 4000
+
+
 def literal_prefix(
     qs: QuerySet[MemoryDurableReceipt], field: str, prefix: str
 ) -> QuerySet[MemoryDurableReceipt]:
@@ -199,11 +203,12 @@ def literal_prefix(
     if not prefix:
         return qs
     alias = f"_{field}_prefix"
-    return (
-        qs.filter(**{f"{field}__startswith": prefix})
-        .alias(**{alias: Substr(field, 1, len(prefix))})
-        .filter(**{alias: prefix})
-    )
+    exact = qs.alias(**{alias: Substr(field, 1, len(prefix))}).filter(**{alias: prefix})
+    if len(prefix) > LIKE_PREFIX_MAX:
+        # SQLite refuses a LIKE pattern over 50,000 bytes ("pattern too complex"); a prefix
+        # that long narrows nothing an index would, so the exact comparison alone decides.
+        return exact
+    return exact.filter(**{f"{field}__startswith": prefix})
 
 
 def list_memory_durable_receipts(

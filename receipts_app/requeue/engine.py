@@ -4,7 +4,8 @@ Every call takes the row lock (``select_for_update``), checks the caller's compa
 expectation, and moves the row with a conditional UPDATE on the (status, updated_at) it read.
 So two operators acting on what they both saw queue the work once: the second finds the row
 changed and gets ``stale`` (or ``in_flight`` without an expectation). Work is enqueued only
-after commit. Every call, including those that change nothing, appends one ReceiptEvent.
+after commit. Every call, including those that change nothing, appends one ReceiptEvent,
+except a call refused for a receipt it may not see (``_records_not_found``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from django.db import transaction
 
 from opensquilla_site import timeutil
 from opensquilla_site.exceptions import GenerationChanged
-from sessions_app.gateways import no_worker_warning_for
+from sessions_app.gateways import no_worker_warning_for, using_gateway
 
 from .. import audit, enqueue
 from ..audit import Actor
@@ -35,6 +36,8 @@ from .rules import ON_DEMAND, Outcome, decide_requeue
 from .transitions import requeue_transition
 
 logger = logging.getLogger(__name__)
+
+RECEIPT_ID_MAX_LENGTH = MemoryDurableReceipt._meta.get_field("receipt_id").max_length or 0
 
 # The row moved between the locked read and the conditional UPDATE (never under the lock).
 STALE_MESSAGE = "stale: changed meanwhile"
@@ -98,6 +101,20 @@ def _locked_row(receipt_id: str) -> MemoryDurableReceipt | None:
     return MemoryDurableReceipt.objects.select_for_update().filter(receipt_id=receipt_id).first()
 
 
+def _records_not_found(receipt_id: str) -> bool:
+    """Whether a call that found no receipt leaves a ``not_found`` event under the id.
+
+    Only when no gateway holds the id: the timeline of a receipt purged meanwhile keeps the
+    attempt. A receipt of a gateway outside the caller's scope (``?gateway=`` naming another)
+    was refused, not missing: nothing is written into its timeline. An id longer than the column
+    names no receipt, and could not be stored either.
+    """
+    if len(receipt_id) > RECEIPT_ID_MAX_LENGTH:
+        return False
+    with using_gateway(None):
+        return not MemoryDurableReceipt.objects.filter(receipt_id=receipt_id).exists()
+
+
 def _cas_update(row: MemoryDurableReceipt, **fields: Any) -> bool:
     """Write ``fields`` only if the row still has the status and stamp read under the lock."""
     changed = MemoryDurableReceipt.objects.filter(
@@ -126,7 +143,8 @@ def requeue_receipt(
         row = _locked_row(receipt_id)
         if row is None:
             result = RequeueResult(receipt_id, Outcome.NOT_FOUND, "receipt not found", None)
-            _record_requeue(result, None, "", actor, reason, plan_id, None)
+            if _records_not_found(receipt_id):
+                _record_requeue(result, None, "", actor, reason, plan_id, None)
             _record_requeue_outcome(result)
             return result
         from_status = row.status
@@ -289,6 +307,8 @@ def acknowledge_receipt(
         row = _locked_row(receipt_id)
         if row is None:
             result = AcknowledgeResult(receipt_id, AckOutcome.NOT_FOUND, "receipt not found", None)
+            if not _records_not_found(receipt_id):
+                return result
             session_key, gateway = "", None
         else:
             session_key, gateway = row.session_key, row.gateway_id
