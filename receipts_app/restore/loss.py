@@ -96,6 +96,11 @@ class LossReport:
     def summary(self) -> str:
         if self.file_state == WHOLE:
             return "The file reads back whole: it holds every entry it covered."
+        if self.file_state == ELSEWHERE and not self.exact:
+            return (
+                "The transcripts here no longer prove what this checkpoint covered; whether "
+                "anything is lost can be told only where its file is, on its gateway's host."
+            )
         if self.lost_count == 0:
             where = "the live transcript" if self.retake_possible else "a transcript kept here"
             return (
@@ -265,7 +270,8 @@ def loss_for_receipt(
         report.held_live = sum(1 for h in pool if h.live)
         report.held_compacted = len(pool) - report.held_live
     _retake_verdict(report, receipt, current)
-    if state in (WHOLE, NO_FILE) or exact:
+    if state in (WHOLE, NO_FILE, ELSEWHERE) or exact:
+        # Elsewhere and not proven by the transcripts: only that gateway's host can tell.
         return report
 
     held_live = Counter(h.fingerprint for h in live)
