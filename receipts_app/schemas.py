@@ -468,6 +468,7 @@ class GatewayListOut(Schema):
 class CheckpointToolCallOut(Schema):
     sequence: int | None
     event_id: str
+    role: str = Field(description="tool_call")
     tool_name: str | None
     tool_call_id: str | None
     content: str

@@ -256,3 +256,46 @@ def test_loss_when_file_missing_and_entries_dropped(workspace):
     assert report.lost_count == 3
     assert report.held_live == 2
     assert "3 of 5 entries" in report.summary
+
+
+def test_retake_rule_offers_the_requeue_only_while_the_transcript_is_whole(workspace):
+    from receipts_app.requeue.rules import Outcome, decide_retake
+
+    session = make_session(messages=3)
+    saved = checkpoint_of(session)
+    (workspace / saved.source_path).unlink()
+    outcome, message, _ = decide_retake(saved)
+    assert outcome == Outcome.REQUEUED
+    assert "still whole" in message
+
+    TranscriptEntry.objects.filter(session_id=session.session_id).order_by("id").first().delete()
+    outcome, message, _ = decide_retake(saved)
+    assert outcome == Outcome.NOT_REQUEUEABLE
+    assert "1 of 3 entries" in message and "Acknowledge the loss" in message
+
+
+def test_acknowledging_a_lost_checkpoint_records_the_loss_and_deletes_nothing(
+    workspace, monkeypatch
+):
+    from receipts_app.audit import Actor
+    from receipts_app.models import ReceiptEvent
+    from receipts_app.requeue import acknowledge_receipt, engine
+
+    session = make_session(messages=3)
+    saved = checkpoint_of(session)
+    TranscriptEntry.objects.filter(session_id=session.session_id).order_by("id").first().delete()
+    (workspace / saved.source_path).unlink()
+    # The scrub's statuses are acknowledgeable; this branch stands in with checkpoint_saved.
+    monkeypatch.setattr(
+        engine, "ACKNOWLEDGEABLE_STATUSES", (*engine.ACKNOWLEDGEABLE_STATUSES, "checkpoint_saved")
+    )
+    result = acknowledge_receipt(
+        receipt_id=saved.receipt_id, actor=Actor("ops", "cli"), reason="disk died; accepted"
+    )
+    assert str(result.outcome) == "acknowledged"
+    event = ReceiptEvent.objects.filter(receipt_id=saved.receipt_id, action="acknowledge").get()
+    assert event.reason == "disk died; accepted"
+    assert event.details["loss"]["lost"] == 1 and event.details["loss"]["file_state"] == "missing"
+    # Nothing is deleted: the row stays (acknowledged), the transcript keeps what it had.
+    assert MemoryDurableReceipt.objects.get(receipt_id=saved.receipt_id).status == "acknowledged"
+    assert TranscriptEntry.objects.filter(session_id=session.session_id).count() == 2
