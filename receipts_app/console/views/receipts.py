@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from django.contrib import messages
 from django.db.models import Q
 from django.http import HttpResponse, StreamingHttpResponse
@@ -320,7 +322,8 @@ def _download(request: HtmxHttpRequest, receipt_id: str, stream, content_type: s
     response = StreamingHttpResponse(chunks, content_type=content_type)
     safe = "".join(c if c.isalnum() or c in "._-" else "-" for c in name) or "checkpoint"
     response["Content-Disposition"] = f'attachment; filename="{safe}"'
-    return response
+    # console_view types its views as HttpResponse; Django serves a streaming one the same way.
+    return cast(HttpResponse, response)
 
 
 @require_GET
