@@ -167,7 +167,7 @@ def _detail_context(request: HtmxHttpRequest, receipt: MemoryDurableReceipt) -> 
         "events": events,
         "version": cs.receipt_version(receipt, cs.newest_event_pk(events)),
         "related": cs.related_receipts(receipt),
-        "preview": None if receipt.scope == "checkpoint" else cs.receipt_preview(receipt),
+        "preview": cs.receipt_preview(receipt),
         "checkpoint": cs.checkpoint_panel(receipt),
         "flush_outcome": flush_outcome_for_row(receipt),
         "actions": available_actions(receipt),
