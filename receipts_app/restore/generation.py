@@ -16,7 +16,7 @@ from sessions_app.gateways import using_gateway
 from sessions_app.models import CompactedTranscriptEntry, Session, TranscriptEntry
 
 from ..models import MemoryDurableReceipt
-from .matching import transcript_entry_ref, transcript_fingerprint
+from .matching import transcript_entry_id, transcript_entry_ref, transcript_fingerprint
 from .readback import PREVIEW_CHARS
 
 
@@ -28,6 +28,21 @@ class HeldEntry:
     ref: str
     fingerprint: str
     live: bool
+
+    @property
+    def entry_id(self) -> int:
+        return transcript_entry_id(self.entry)
+
+    def coverage_item(self) -> dict[str, Any]:
+        """The entry as the coverage hash reads it, under its gateway's own id."""
+        return {
+            "id": self.entry_id,
+            "role": self.entry.role,
+            "content": self.entry.content,
+            "tool_call_id": self.entry.tool_call_id,
+            "tool_calls": self.entry.tool_calls,
+            "reasoning_content": self.entry.reasoning_content,
+        }
 
     @property
     def role(self) -> str:

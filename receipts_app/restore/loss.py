@@ -185,12 +185,12 @@ def _covered_by_id(
     if through is None or count <= 0:
         return [], False
     pool = sorted(
-        (h for h in held if int(h.entry.id) <= through), key=lambda h: (h.created_at, h.entry.id)
+        (h for h in held if h.entry_id <= through), key=lambda h: (h.created_at, h.entry_id)
     )[-count:]
     exact = (
         len(pool) == count
         and bool(receipt.coverage_hash)
-        and checkpoint_coverage_hash([h.entry for h in pool]) == receipt.coverage_hash
+        and checkpoint_coverage_hash([h.coverage_item() for h in pool]) == receipt.coverage_hash
     )
     return pool, exact
 

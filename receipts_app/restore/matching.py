@@ -56,8 +56,14 @@ def transcript_fingerprint(entry: Any) -> str:
     return events_fingerprint(events)
 
 
-def transcript_entry_ref(entry: Any) -> str:
-    """How a transcript entry is named on the page and in the API: its entry id (a compacted
-    pre-image row by the id it had in the transcript)."""
+def transcript_entry_id(entry: Any) -> int:
+    """The id a transcript entry has in its gateway's own transcript: the id checkpoints name
+    (``through-<id>``) and hash (``coverage_hash``). The one place that says which column
+    that is; a pre-image row (``PreimageEntry``) already carries its original id as ``id``."""
     original = getattr(entry, "original_entry_id", None)
-    return str(original if original is not None else entry.id)
+    return int(original if original is not None else entry.id)
+
+
+def transcript_entry_ref(entry: Any) -> str:
+    """How a transcript entry is named on the page and in the API."""
+    return str(transcript_entry_id(entry))

@@ -299,3 +299,30 @@ def test_acknowledging_a_lost_checkpoint_records_the_loss_and_deletes_nothing(
     # Nothing is deleted: the row stays (acknowledged), the transcript keeps what it had.
     assert MemoryDurableReceipt.objects.get(receipt_id=saved.receipt_id).status == "acknowledged"
     assert TranscriptEntry.objects.filter(session_id=session.session_id).count() == 2
+
+
+def test_upstream_checkpoints_match_their_imported_transcripts(golden_dir, tmp_path, settings):
+    """OpenSquilla 0.3.0's own checkpoints and transcripts: every saved entry is found in the
+    transcript it came from, and the coverage hash proves them by id."""
+    from receipts_app.importer import import_opensquilla
+
+    settings.OPENSQUILLA_CHECKPOINT_WORKSPACE = str(tmp_path / "ours")
+    settings.OPENSQUILLA_MEMORY_WORKSPACE = None
+    golden = golden_dir / "opensquilla-0.3.0"
+    import_opensquilla(db_path=golden / "sessions.db", workspace=golden / "workspace")
+    saved = list(MemoryDurableReceipt.objects.filter(status="checkpoint_saved"))
+    assert len(saved) == 9
+    exact = 0
+    for receipt in saved:
+        view = restore_checkpoint(receipt, limit=500)
+        assert view.file_state == "whole", receipt.receipt_id
+        live = TranscriptEntry.objects.filter(session_id=receipt.session_id).count()
+        # A later checkpoint of the same session may cover more; nothing saved is missing.
+        assert view.comparison.checkpoint_only == 0, receipt.receipt_id
+        assert view.comparison.same == view.readback.entry_count
+        assert view.comparison.transcript_only == live - view.readback.entry_count
+        report = loss_for_receipt(receipt)
+        assert report.lost_count == 0
+        exact += report.exact
+    # Checkpoints of the live transcript's tail are proven by id and hash.
+    assert exact == len(saved)
