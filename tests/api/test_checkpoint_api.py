@@ -111,3 +111,17 @@ def test_errors(reader, workspace, settings):
 def test_needs_a_token(anonymous, workspace):
     _session, saved = _saved()
     assert anonymous.get(f"/receipts/{saved.receipt_id}/checkpoint").status_code == 401
+
+
+def test_query_count_does_not_grow_with_entries(reader, workspace):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def count(messages: int) -> int:
+        _session, saved = _saved(messages=messages)
+        with CaptureQueriesContext(connection) as ctx:
+            assert reader.get(f"/receipts/{saved.receipt_id}/checkpoint").status_code == 200
+        return len(ctx.captured_queries)
+
+    count(1)  # the token's first use of the test writes its last-used stamp once
+    assert count(2) == count(80)
