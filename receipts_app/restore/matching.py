@@ -26,19 +26,26 @@ from ..checkpoint.hashing import checkpoint_event_hash
 
 # What of each event identifies the entry. ``event_id``, ``sequence``, ``turn_id``, ``source``
 # and ``token_estimate`` are left out: they depend on the checkpoint, not on the entry.
-_FINGERPRINT_FIELDS = ("role", "tool_call_id", "tool_name", "timestamp_ms")
+FINGERPRINT_FIELDS = ("role", "tool_call_id", "tool_name", "timestamp_ms")
+
+
+def fingerprint_of(parts: Sequence[Sequence[Any]]) -> str:
+    """The fingerprint of one entry from each event's ``FINGERPRINT_FIELDS`` values followed by
+    its content hash (``readback.Event.fingerprint_part`` gives them for a line read back)."""
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
 def events_fingerprint(events: Sequence[Mapping[str, Any]]) -> str:
-    """The fingerprint of one entry from its events (a checkpoint's lines or built ones)."""
-    parts = [
+    """The fingerprint of one entry from its events as dicts (built ones, or parsed lines)."""
+    return fingerprint_of(
         [
-            *(event.get(name) for name in _FINGERPRINT_FIELDS),
-            checkpoint_event_hash(event.get("content")),
+            [
+                *(event.get(name) for name in FINGERPRINT_FIELDS),
+                checkpoint_event_hash(event.get("content")),
+            ]
+            for event in events
         ]
-        for event in events
-    ]
-    return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode("utf-8")).hexdigest()
+    )
 
 
 def transcript_fingerprint(entry: Any) -> str:

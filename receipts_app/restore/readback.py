@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..checkpoint.hashing import checkpoint_event_hash
-from .matching import events_fingerprint
+from .matching import fingerprint_of
 
 TOOL_CALL = "tool_call"
 
@@ -41,6 +41,11 @@ class Event:
     token_estimate: int
     intact: bool
     truncated: bool = False
+    content_hash: str = ""  # H(content) of the whole content, as read
+
+    def fingerprint_part(self) -> list[Any]:
+        """In the order of ``matching.FINGERPRINT_FIELDS``, then the content hash."""
+        return [self.role, self.tool_call_id, self.tool_name, self.timestamp_ms, self.content_hash]
 
 
 @dataclass(frozen=True)
@@ -117,7 +122,8 @@ def parse_event(line_no: int, record: Any, *, content_limit: int | None) -> Even
     role = record.get("role")
     if not isinstance(role, str) or not role:
         raise ValueError("the event has no role")
-    intact = record.get("content_hash") == checkpoint_event_hash(content)
+    content_hash = checkpoint_event_hash(content)
+    intact = record.get("content_hash") == content_hash
     truncated = content_limit is not None and len(content) > content_limit
     tool_name = record.get("tool_name")
     tool_call_id = record.get("tool_call_id")
@@ -134,6 +140,7 @@ def parse_event(line_no: int, record: Any, *, content_limit: int | None) -> Even
         token_estimate=_as_int(record.get("token_estimate")) or 0,
         intact=intact,
         truncated=truncated,
+        content_hash=content_hash,
     )
 
 
@@ -151,7 +158,7 @@ class _Builder:
         self.content_limit = content_limit
         self.entries: list[Entry] = []
         self.keys: list[EntryKey] = []
-        self._events: list[tuple[Any, Event]] = []  # (fingerprint part, event) of the open entry
+        self._events: list[Event] = []  # the open entry's events
         self._shown: Entry | None = None
 
     def _in_window(self, position: int) -> bool:
@@ -160,7 +167,7 @@ class _Builder:
             return False
         return self.limit is None or index < self.offset + self.limit
 
-    def add(self, record: dict[str, Any], event: Event) -> None:
+    def add(self, event: Event) -> None:
         if event.role != TOOL_CALL or not self._events:
             self.close()
             position = len(self.keys) + 1
@@ -169,14 +176,13 @@ class _Builder:
             )
         elif self._shown is not None:
             self._shown.tool_calls.append(event)
-        self._events.append((record, event))
+        self._events.append(event)
 
     def close(self) -> None:
         if not self._events:
             return
-        records = [record for record, _event in self._events]
-        events = [event for _record, event in self._events]
-        fingerprint = events_fingerprint(records)
+        events = self._events
+        fingerprint = fingerprint_of([event.fingerprint_part() for event in events])
         first = events[0]
         self.keys.append(
             EntryKey(
@@ -230,7 +236,7 @@ def read_checkpoint(
             bad.append(BadLine(line_no, _bad_line_reason(exc)))
             continue
         event_count += 1
-        builder.add(record, event)
+        builder.add(event)
     builder.close()
     return Readback(
         entries=builder.entries,
