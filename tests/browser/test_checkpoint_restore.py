@@ -77,3 +77,27 @@ def test_script_in_content_is_text(page, live_server, browser_workspace, screens
     assert page.locator('[data-count="same"]').inner_text() == "2"
     assert page.evaluate(STICKING_OUT) == []
     screenshot(page, f"checkpoint-restore-{width}")
+
+
+@pytest.mark.parametrize("width", [1400, 390])
+def test_the_loss_is_named_on_the_receipt_page(
+    page, live_server, browser_workspace, screenshot, width
+):
+    from receipts_app.checkpoint import record_memory_checkpoint
+    from sessions_app.models import TranscriptEntry
+
+    make_user("otto", "operator")
+    session = make_session("agent:main:webchat:restore-loss", messages=5)
+    with ThreadPoolExecutor(1) as pool:
+        saved = pool.submit(record_memory_checkpoint, session.session_key).result()
+    oldest = TranscriptEntry.objects.filter(session_id=session.session_id).order_by("id")[:2]
+    TranscriptEntry.objects.filter(pk__in=[e.pk for e in oldest]).delete()
+    (browser_workspace / saved.source_path).unlink()
+    page.set_viewport_size({"width": width, "height": 900})
+    log_in(page, live_server.url, "otto")
+    page.goto(f"{live_server.url}/receipts/{saved.receipt_id}/")
+    panel = page.locator("#checkpoint-loss")
+    assert "2 of 5 entries this checkpoint covered are in no transcript" in panel.inner_text()
+    assert panel.locator("table.lost-entries tbody tr").count() == 2
+    assert page.evaluate(STICKING_OUT) == []
+    screenshot(page, f"checkpoint-loss-{width}")
