@@ -11,7 +11,7 @@ import json
 from typing import Any
 from urllib.parse import urlencode
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 from ninja import Body, Query, Router, Status
 from ninja.decorators import decorate_view
@@ -26,7 +26,7 @@ from opensquilla_site.timeutil import now_ms
 from sessions_app.keys import canonicalize_session_key, normalize_agent_id
 from sessions_app.selectors import get_session_or_404
 
-from . import gateways, health, ledger, requeue, services
+from . import gateways, health, ledger, requeue, restore, services
 from .audit import Actor, acting_as
 from .mirror.state import mirror_states
 from .models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
@@ -36,6 +36,8 @@ from .schemas import (
     AcknowledgeOut,
     BulkOut,
     CheckpointIn,
+    CheckpointPageQuery,
+    CheckpointReadbackOut,
     CoverageOut,
     FlushOut,
     GatewayListOut,
@@ -194,6 +196,119 @@ def list_receipt_events(
         newest_first=False,
     )
     return {"items": result.rows, "next_cursor": result.next_cursor}
+
+
+def _checkpoint_payload(view: restore.RestoreView) -> dict[str, Any]:
+    readback, comparison, receipt = view.readback, view.comparison, view.receipt
+    return {
+        "receipt_id": receipt.receipt_id,
+        "gateway": receipt.gateway_id,
+        "session_key": receipt.session_key,
+        "session_id": receipt.session_id or "",
+        "file": {
+            "path": receipt.source_path or "",
+            "state": view.file_state,
+            "message": view.file_message,
+            "size_read": readback.size,
+            "sha256": readback.sha256,
+            "hash_matches": readback.sha256 == receipt.content_hash,
+            "complete": readback.complete,
+            "bad_lines": [{"line": b.line_no, "error": b.error} for b in readback.bad_lines[:100]],
+        },
+        "event_count": readback.event_count,
+        "entry_count": readback.entry_count,
+        "offset": readback.offset,
+        "limit": readback.limit,
+        "next_offset": view.next_offset,
+        "entries": [
+            {
+                **_event_dict(entry.message),
+                "position": entry.position,
+                "timestamp_ms": entry.message.timestamp_ms,
+                "token_estimate": entry.message.token_estimate,
+                "intact": entry.intact,
+                "tool_calls": [_event_dict(call) for call in entry.tool_calls],
+                "transcript_entry": comparison.matched.get(entry.position),
+            }
+            for entry in readback.entries
+        ],
+        "comparison": {
+            "same": comparison.same,
+            "checkpoint_only": comparison.checkpoint_only,
+            "transcript_only": comparison.transcript_only,
+            "transcript_entries": comparison.transcript_entries,
+            "live_generation": comparison.live_generation,
+            "session_exists": comparison.session_exists,
+            "transcript_only_entries": [
+                {"entry": t.ref, "role": t.role, "created_at": t.created_at, "preview": t.preview}
+                for t in comparison.transcript_only_entries
+            ],
+        },
+        "loss": view.loss.as_dict() if view.loss is not None else None,
+    }
+
+
+def _event_dict(event: Any) -> dict[str, Any]:
+    return {
+        "sequence": event.sequence,
+        "event_id": event.event_id,
+        "role": event.role,
+        "tool_name": event.tool_name,
+        "tool_call_id": event.tool_call_id,
+        "content": event.content,
+        "content_type": event.content_type,
+        "intact": event.intact,
+        "truncated": event.truncated,
+    }
+
+
+@router.get(
+    "/{receipt_id}/checkpoint",
+    response={200: CheckpointReadbackOut, **errors(*AUTH_ERRORS, 404, 409, 422)},
+    auth=READ,
+    operation_id="read_checkpoint",
+)
+def read_checkpoint(
+    request: HttpRequest, receipt_id: str, page: Query[CheckpointPageQuery]
+) -> dict[str, Any]:
+    """A checkpoint receipt's JSONL read back as the conversation it saved, compared with the
+    session generation's live transcript, with the loss report when the file is damaged.
+    404 unknown receipt; 422 ``not_a_checkpoint``; 409 ``checkpoint_missing``,
+    ``checkpoint_unreadable`` or ``checkpoint_elsewhere`` (another gateway's host), each with
+    ``loss``."""
+    view = restore.restore_checkpoint(receipt_id, offset=page.offset, limit=page.limit)
+    return _checkpoint_payload(view)
+
+
+def _download(name: str, chunks: Any, content_type: str) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(chunks, content_type=content_type)
+    safe = "".join(c if c.isalnum() or c in "._-" else "-" for c in name) or "checkpoint"
+    response["Content-Disposition"] = f'attachment; filename="{safe}"'
+    return response
+
+
+@router.get(
+    "/{receipt_id}/checkpoint/jsonl",
+    response={200: None, **errors(*AUTH_ERRORS, 404, 409, 422)},
+    auth=READ,
+    operation_id="download_checkpoint_jsonl",
+)
+def download_checkpoint_jsonl(request: HttpRequest, receipt_id: str) -> StreamingHttpResponse:
+    """The checkpoint file exactly as stored (streamed); errors as ``read_checkpoint``."""
+    name, chunks = restore.checkpoint_jsonl_stream(receipt_id)
+    return _download(name, chunks, "application/x-ndjson")
+
+
+@router.get(
+    "/{receipt_id}/checkpoint/markdown",
+    response={200: None, **errors(*AUTH_ERRORS, 404, 409, 422)},
+    auth=READ,
+    operation_id="download_checkpoint_markdown",
+)
+def download_checkpoint_markdown(request: HttpRequest, receipt_id: str) -> StreamingHttpResponse:
+    """The conversation as Markdown (streamed); errors as ``read_checkpoint``."""
+    name, chunks = restore.checkpoint_markdown_stream(receipt_id)
+    return _download(name, chunks, "text/markdown; charset=utf-8")
 
 
 @router.post(

@@ -466,3 +466,111 @@ class GatewayOut(Schema):
 
 class GatewayListOut(Schema):
     items: list[GatewayOut]
+
+
+# --- a checkpoint read back (GET /receipts/{id}/checkpoint, receipts_app.restore) ----------
+
+
+class CheckpointToolCallOut(Schema):
+    sequence: int | None
+    event_id: str
+    role: str = Field(description="tool_call")
+    tool_name: str | None
+    tool_call_id: str | None
+    content: str
+    content_type: str
+    intact: bool = Field(description="the content still hashes to the event's content_hash")
+    truncated: bool
+
+
+class CheckpointEntryOut(Schema):
+    position: int = Field(description="1-based position of the entry in the checkpoint")
+    sequence: int | None
+    event_id: str
+    role: str = Field(description="user, assistant, tool_result or system_notice")
+    content: str
+    content_type: str
+    timestamp_ms: int | None
+    tool_call_id: str | None
+    token_estimate: int
+    intact: bool
+    truncated: bool = Field(description="content cut at the page's limit; the download has it all")
+    tool_calls: list[CheckpointToolCallOut]
+    transcript_entry: str | None = Field(
+        description="the live transcript entry it matches, or null: only in the checkpoint"
+    )
+
+
+class TranscriptOnlyOut(Schema):
+    entry: str
+    role: str
+    created_at: int
+    preview: str
+
+
+class CheckpointComparisonOut(Schema):
+    same: int
+    checkpoint_only: int = Field(description="entries only in the checkpoint (compaction dropped)")
+    transcript_only: int = Field(description="live entries the checkpoint does not hold")
+    transcript_entries: int
+    live_generation: bool = Field(description="the session's current generation is the saved one")
+    session_exists: bool
+    transcript_only_entries: list[TranscriptOnlyOut]
+
+
+class LostEntryOut(Schema):
+    position: int | None = Field(description="in the checkpoint; null when the file is gone")
+    role: str | None
+    timestamp_ms: int | None
+    preview: str | None
+    content_known: bool
+
+
+class LossOut(Schema):
+    receipt_id: str
+    file_state: str = Field(description="whole, damaged, missing, unreadable, elsewhere, no_file")
+    file_message: str
+    covered: int
+    exact: bool = Field(description="the coverage hash proves the covered entries by id")
+    held_live: int
+    held_compacted: int
+    held_other_checkpoints: int
+    lost_count: int
+    lost: list[LostEntryOut]
+    retake_possible: bool
+    retake_reason: str
+    other_checkpoints_read: int
+    other_checkpoints_unread: int
+    summary: str
+
+
+class CheckpointFileOut(Schema):
+    path: str
+    state: str
+    message: str
+    size_read: int
+    sha256: str
+    hash_matches: bool
+    complete: bool
+    bad_lines: list[dict[str, Any]]
+
+
+class CheckpointReadbackOut(Schema):
+    receipt_id: str
+    gateway: str
+    session_key: str
+    session_id: str
+    file: CheckpointFileOut
+    event_count: int
+    entry_count: int
+    offset: int
+    limit: int
+    next_offset: int | None
+    entries: list[CheckpointEntryOut]
+    comparison: CheckpointComparisonOut
+    loss: LossOut | None
+
+
+class CheckpointPageQuery(Schema):
+    offset: int = Field(0, ge=0, description="entries to skip")
+    limit: int = Field(100, ge=1, le=500, description="entries with their text")

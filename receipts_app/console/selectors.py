@@ -31,8 +31,10 @@ from ..ledger import literal_prefix
 from ..ledger.triggers import GROUPS, INBOX, MEMBERS
 from ..mirror.models import MirroredReceipt, MirroredSession
 from ..models import FailureGroupMember, MemoryDurableReceipt, ReceiptEvent, RequeuePlan
+from ..restore import LossReport, loss_for_receipt
+from ..restore.files import ELSEWHERE, NO_FILE, READABLE, locate_checkpoint
 from ..selectors import ReceiptFilter
-from ..statuses import FAILURE_STATUSES, ROW_REQUEUEABLE_STATUSES
+from ..statuses import CHECKPOINT_SAVED, FAILURE_STATUSES, ROW_REQUEUEABLE_STATUSES
 
 # --- overview counts ----------------------------------------------------------------------
 
@@ -472,6 +474,31 @@ def receipt_preview(receipt: MemoryDurableReceipt, *, limit: int = PREVIEW_LIMIT
     return Preview(
         name, value, error="the file is not in a configured workspace or no longer exists"
     )
+
+
+@dataclass
+class CheckpointPanel:
+    """The receipt page's checkpoint panel: where the file is, and the loss when it is gone."""
+
+    state: str
+    stored_path: str
+    message: str = ""
+    loss: LossReport | None = None
+
+
+def checkpoint_panel(receipt: MemoryDurableReceipt) -> CheckpointPanel | None:
+    """Where a checkpoint receipt's file is (a stat, no read). The loss report is worked out
+    when the file is not here to read, or when the row's status says it no longer reads back
+    as saved (anything but ``checkpoint_saved`` with a file named: the scrub's findings)."""
+    if receipt.scope != "checkpoint" or not receipt.source_path:
+        return None
+    located = locate_checkpoint(receipt)
+    if located.state == NO_FILE:
+        return None
+    panel = CheckpointPanel(located.state, located.stored_path, located.message)
+    if located.state not in (READABLE, ELSEWHERE) or receipt.status != CHECKPOINT_SAVED:
+        panel.loss = loss_for_receipt(receipt)
+    return panel
 
 
 # --- requeue plans ------------------------------------------------------------------------

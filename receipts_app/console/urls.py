@@ -20,6 +20,21 @@ receipt_patterns = (
             receipts.receipt_acknowledge,
             name="acknowledge",
         ),
+        path(
+            "receipts/<anytext:receipt_id>/checkpoint/",
+            receipts.receipt_checkpoint,
+            name="checkpoint",
+        ),
+        path(
+            "receipts/<anytext:receipt_id>/checkpoint.jsonl",
+            receipts.receipt_checkpoint_jsonl,
+            name="checkpoint_jsonl",
+        ),
+        path(
+            "receipts/<anytext:receipt_id>/checkpoint.md",
+            receipts.receipt_checkpoint_markdown,
+            name="checkpoint_markdown",
+        ),
         path("receipts/<anytext:receipt_id>/", receipts.receipt_detail, name="detail"),
         path("plans/", plans.plan_list, name="plans"),
         path("plans/new/", plans.plan_create, name="plan_create"),

@@ -24,6 +24,7 @@ from sessions_app.gateways import no_worker_warning_for, using_gateway
 from .. import audit, enqueue
 from ..audit import Actor
 from ..models import MemoryDurableReceipt, ReceiptEvent
+from ..restore import loss_for_receipt
 from ..signals import requeue_outcomes_recorded
 from ..statuses import (
     ACKNOWLEDGEABLE_STATUSES,
@@ -303,6 +304,8 @@ def acknowledge_receipt(
     if not reason or not reason.strip():
         raise ValueError("acknowledge needs a written reason")
     reason = reason.strip()
+    # Read before the row is locked: it may read files and transcripts.
+    loss = _loss_note(receipt_id)
     with audit.acting_as(actor), transaction.atomic():
         row = _locked_row(receipt_id)
         if row is None:
@@ -321,11 +324,33 @@ def acknowledge_receipt(
             to_status=result.status,
             outcome=str(result.outcome),
             reason=reason,
-            details={"message": result.message},
+            details={"message": result.message, **({"loss": loss} if loss else {})},
             actor=actor,
             gateway=gateway,
         )
         return result
+
+
+def _loss_note(receipt_id: str) -> dict[str, Any] | None:
+    """What an acknowledged checkpoint loses, for its audit event: the counts of the loss
+    report (``restore.loss``) when the row is a checkpoint whose file no longer reads back."""
+    row = (
+        MemoryDurableReceipt.objects.filter(receipt_id=receipt_id, scope="checkpoint")
+        .exclude(source_path__isnull=True)
+        .exclude(source_path="")
+        .first()
+    )
+    if row is None or row.status not in ACKNOWLEDGEABLE_STATUSES:
+        return None
+    report = loss_for_receipt(row)
+    if not report.file_lost:
+        return None
+    return {
+        "file_state": report.file_state,
+        "covered": report.covered,
+        "lost": report.lost_count,
+        "summary": report.summary,
+    }
 
 
 def _apply_acknowledge(

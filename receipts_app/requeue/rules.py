@@ -19,6 +19,7 @@ from sessions_app.models import Session
 
 from ..ledger import live_session_id
 from ..models import MemoryDurableReceipt
+from ..restore import loss_for_receipt
 from ..statuses import (
     ACKNOWLEDGEABLE_STATUSES,
     ACKNOWLEDGED,
@@ -240,6 +241,30 @@ def decide_requeue(
     if status == ACKNOWLEDGED:
         return Outcome.NOT_REQUEUEABLE, "acknowledged by an operator; nothing to redo", None
     return Outcome.NOT_REQUEUEABLE, f"{status} has no requeue rule", None
+
+
+def decide_retake(receipt: MemoryDurableReceipt) -> tuple[Outcome, str, str | None]:
+    """The requeue rule of a saved checkpoint whose file is missing or damaged.
+
+    Retake (a new checkpoint of the live session) is the way out only when the transcript the
+    checkpoint covered is still whole here (``restore.loss``: proven by the coverage hash, in
+    the live generation). Otherwise nothing can be retaken: the answer names the loss, and
+    the way out is acknowledging it with a reason. Reads the generation's transcripts (and, for
+    a damaged file on this gateway's host, the checkpoint files).
+    """
+    loss = loss_for_receipt(receipt)
+    if loss.retake_possible:
+        return (
+            Outcome.REQUEUED,
+            f"a new checkpoint of the live session will be taken: {loss.retake_reason}",
+            None,
+        )
+    return (
+        Outcome.NOT_REQUEUEABLE,
+        f"a retake cannot restore it ({loss.retake_reason}). {loss.summary} "
+        "Acknowledge the loss with a reason.",
+        None,
+    )
 
 
 def classify_requeue(

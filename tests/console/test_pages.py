@@ -192,6 +192,8 @@ def test_receipt_detail_full_and_fragment(viewer_client, workspace):
         reverse("receipts:detail", args=[saved.receipt_id])
     ).content.decode()
     assert "&lt;b&gt;hello&lt;/b&gt;" in saved_page  # the preview is escaped
+    # A checkpoint's file is read back on its own page (tests/console/test_checkpoint_restore.py).
+    assert reverse("receipts:checkpoint", args=[saved.receipt_id]) in saved_page
     assert failed.receipt_id in saved_page  # "resolved by this receipt"
 
     fragment = viewer_client.get(

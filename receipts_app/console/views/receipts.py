@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from django.contrib import messages
 from django.db.models import Q
-from django.http import HttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -17,6 +19,16 @@ from ...flush_outcome import flush_outcome_for_row
 from ...models import MemoryDurableReceipt
 from ...requeue import AckOutcome, acknowledge_receipt, available_actions, requeue_receipt
 from ...requeue.rules import requeueable_receipt_ids
+from ...restore import (
+    CheckpointElsewhere,
+    CheckpointMissing,
+    CheckpointUnreadable,
+    NotACheckpoint,
+    checkpoint_jsonl_stream,
+    checkpoint_markdown_stream,
+    restore_checkpoint,
+)
+from ...restore.service import PAGE_SIZE, PAGE_SIZE_MAX
 from ...selectors import (
     COUNT_CAP,
     ReceiptFilter,
@@ -156,6 +168,7 @@ def _detail_context(request: HtmxHttpRequest, receipt: MemoryDurableReceipt) -> 
         "version": cs.receipt_version(receipt, cs.newest_event_pk(events)),
         "related": cs.related_receipts(receipt),
         "preview": cs.receipt_preview(receipt),
+        "checkpoint": cs.checkpoint_panel(receipt),
         "flush_outcome": flush_outcome_for_row(receipt),
         "actions": available_actions(receipt),
         "can_operate": can_operate(request.user),
@@ -267,3 +280,63 @@ def receipt_acknowledge(request: HtmxHttpRequest, receipt_id: str) -> HttpRespon
         return _after_action(request, receipt_id, str(exc), False, status=400)
     ok = result.outcome is AckOutcome.ACKNOWLEDGED
     return _after_action(request, receipt_id, outcome_text(result.outcome, result.message), ok)
+
+
+# --- restore: the checkpoint read back -----------------------------------------------------
+
+RESTORE_TEMPLATE = "console/checkpoint_restore.html"
+_FILE_PROBLEMS = (CheckpointMissing, CheckpointUnreadable, CheckpointElsewhere)
+
+
+@require_GET
+@_console_view(VIEW_PERM)
+def receipt_checkpoint(request: HtmxHttpRequest, receipt_id: str) -> HttpResponse:
+    """The checkpoint as the conversation it saved, compared with the live transcript."""
+    receipt = _receipt_or_404(request, receipt_id)
+    if isinstance(receipt, HttpResponse):
+        return receipt
+    offset = int_param(request, "offset", 0, lo=0, hi=10**9)
+    limit = int_param(request, "limit", PAGE_SIZE, lo=1, hi=PAGE_SIZE_MAX)
+    context: dict = {"receipt": receipt, "view": None, "problem": None, "loss": None}
+    try:
+        view = restore_checkpoint(receipt, offset=offset, limit=limit)
+    except NotACheckpoint as exc:
+        return render_error(request, exc.message, status=422, title="Not a checkpoint")
+    except _FILE_PROBLEMS as exc:
+        context.update(problem=exc.message, problem_code=exc.code, loss=exc.loss)
+    else:
+        context.update(view=view, loss=view.loss)
+    return render_page(request, RESTORE_TEMPLATE, context)
+
+
+def _download(request: HtmxHttpRequest, receipt_id: str, stream, content_type: str) -> HttpResponse:
+    receipt = _receipt_or_404(request, receipt_id)
+    if isinstance(receipt, HttpResponse):
+        return receipt
+    try:
+        name, chunks = stream(receipt)
+    except NotACheckpoint as exc:
+        return render_error(request, exc.message, status=422, title="Not a checkpoint")
+    except _FILE_PROBLEMS as exc:
+        return render_error(request, exc.message, status=409, title="The file cannot be sent")
+    response = StreamingHttpResponse(chunks, content_type=content_type)
+    safe = "".join(c if c.isalnum() or c in "._-" else "-" for c in name) or "checkpoint"
+    response["Content-Disposition"] = f'attachment; filename="{safe}"'
+    # console_view types its views as HttpResponse; Django serves a streaming one the same way.
+    return cast(HttpResponse, response)
+
+
+@require_GET
+@_console_view(VIEW_PERM)
+def receipt_checkpoint_jsonl(request: HtmxHttpRequest, receipt_id: str) -> HttpResponse:
+    """The checkpoint file exactly as stored, streamed."""
+    return _download(request, receipt_id, checkpoint_jsonl_stream, "application/x-ndjson")
+
+
+@require_GET
+@_console_view(VIEW_PERM)
+def receipt_checkpoint_markdown(request: HtmxHttpRequest, receipt_id: str) -> HttpResponse:
+    """The conversation rendered as Markdown, streamed."""
+    return _download(
+        request, receipt_id, checkpoint_markdown_stream, "text/markdown; charset=utf-8"
+    )
