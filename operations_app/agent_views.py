@@ -30,7 +30,7 @@ from receipts_app.health import health_for
 from sessions_app.gateways import gateway_scope
 from sessions_app.keys import normalize_agent_id
 
-from .gateway_link.service import RepairRunRefused, run_gateway_repairs
+from .gateway_link.service import RepairRunRefused, request_gateway_repairs
 from .gateway_link.views import agent_link_views
 
 
@@ -68,10 +68,11 @@ def agent_gateway_repairs(request: HtmxHttpRequest, agent_id: str) -> HttpRespon
     if name is None:
         return render_error(request, "Name the gateway (?gateway=NAME).", status=400)
     try:
-        outcome = run_gateway_repairs(name, agent, actor=console_actor(request))
+        # Queued, never called here: a gateway that hangs must not hold a web worker.
+        queued = request_gateway_repairs(name, agent, actor=console_actor(request))
     except KeyError:
         return render_error(request, f"Gateway not found: {name}", status=404, title="Not found")
     except RepairRunRefused as exc:
         return render_error(request, str(exc), status=409)
-    (messages.success if outcome.ok else messages.warning)(request, outcome.message)
+    messages.success(request, queued)
     return redirect(reverse("agents:detail", args=[agent]) + f"?gateway={name}")
