@@ -228,11 +228,18 @@ def parse_repair_run(agent_id: str, payload: Any) -> RepairRun:
     )
 
 
+# The stored counts are 32-bit columns (GatewayMemoryVerdict).
+_COUNT_MAX = 2**31 - 1
+
+
 def _count(value: Any) -> int | None:
-    # A count is a non-negative whole number (within 64 bits: every frame is checked).
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None
+    """A count the gateway sent: None when absent or not a number; a negative or larger
+    count than a column holds is a bad answer (recorded as such, never stored cut)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    if not 0 <= value <= _COUNT_MAX:
+        raise _fail(LinkState.BAD_ANSWER, f"a count is out of range ({value})")
+    return value
 
 
 # --- the wire -------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from django.urls import reverse
 
 from operations_app.alerts.conditions import Snapshot, firing_subjects
 from operations_app.gateway_link.config import LinkConfigError, parse_links
+from operations_app.gateway_link.states import reachability
 from operations_app.models import AlertRule, GatewayLink, GatewayMemoryVerdict
 from operations_app.tasks import read_gateway_links
 from receipts_app.audit import Actor
@@ -259,9 +260,14 @@ def test_each_failure_is_one_stored_state_with_its_message(
     assert words in stored.message
     assert GatewayMemoryVerdict.objects.get(gateway_id=NAME, agent_id="main").state == state
     body = overview_panel(operator)
-    assert f'link-state bad">{state}<' in body
-    assert words in body
+    # The link's reachability and the gateway's verdict are two facts; neither side read
+    # now, so the two are not compared (never "in step").
+    reach = reachability(state)
+    assert re.search(rf'link-state (ok|bad)" data-state="{state}">{reach}<', body)
+    assert words in body  # operators read the connection's own message
     assert "gateway says: nothing yet" in body
+    assert 'data-agreement="not_compared"' in body
+    assert 'data-agreement="in_step"' not in body
 
 
 def test_an_unreachable_gateway_keeps_the_last_answer_with_its_age(
