@@ -90,7 +90,7 @@ def fleet(
             at_risk[name] = {"count": count, "filter": listed.to_params()}
         followed = states_of.get(gateway.name, [])
         # The gateway's one state: the worst of its agents' (receipts_app.verdict).
-        state = worst(states_by_gateway_agent(mine).values())
+        own = worst(states_by_gateway_agent(mine).values())
         out.append(
             {
                 "name": gateway.name,
@@ -101,8 +101,8 @@ def fleet(
                 "last_seen_at": gateway.last_seen_at,
                 "receipts": sum(r.count for r in mine),
                 "at_risk": at_risk,
-                "state": state.value,
-                "state_label": LABELS[state],
+                "state": own.value,
+                "state_label": LABELS[own],
                 "mirror": followed,
                 "mirror_summary": mirror_summary(followed),
             }

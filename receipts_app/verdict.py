@@ -88,10 +88,15 @@ def health_state(health: Mapping[str, Any]) -> State:
 
 
 class _CountRow(Protocol):
-    gateway_id: str
-    agent_id: str
-    status: str
-    count: int
+    # ``receipts_app.counts.CountRow``'s fields (read-only here).
+    @property
+    def gateway_id(self) -> str: ...
+    @property
+    def agent_id(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def count(self) -> int: ...
 
 
 def states_by_gateway_agent(rows: Iterable[_CountRow]) -> dict[tuple[str, str], State]:

@@ -361,7 +361,7 @@ def _record_results(gateway: Gateway, agent: str, results: tuple[dict[str, Any],
     for result in results:
         receipt_id = result.get("receiptId")
         row = ours.get(receipt_id) if isinstance(receipt_id, str) else None
-        if row is None:
+        if row is None or not isinstance(receipt_id, str):
             continue  # a row only the gateway has (e.g. its legacy raw-fallback import)
         status = _text(result.get("status"))
         events.append(
