@@ -119,11 +119,9 @@ def _named_exactly(host: str, patterns: list[str]) -> bool:
     return host in {p.strip("[]") for p in patterns if p != "*" and not p.startswith(".")}
 
 
-def address_refusal(address: str, *, resolve: bool = True) -> str | None:
-    """Why the link must not connect to ``address`` (None: it may).
-
-    ``resolve=False`` skips the DNS look-up a pattern-matched host needs (the check at
-    connection time always resolves)."""
+def address_refusal(address: str) -> str | None:
+    """Why the link must not connect to ``address`` (None: it may). A host matched through a
+    pattern is looked up each time (DNS can change between typing and connecting)."""
     try:
         url = rpc_ws_url(address)
     except ValueError as exc:
@@ -135,8 +133,6 @@ def address_refusal(address: str, *, resolve: bool = True) -> str | None:
         return None
     if not validate_host(host, patterns):
         return f"the host {host} is not in {HOSTS_SETTING}"
-    if not resolve:
-        return None
     try:
         addresses = resolve_host(host, parts.port or DEFAULT_RPC_PORT)
     except ValidationError:
