@@ -426,6 +426,14 @@ CELERY_BEAT_SCHEDULE["time-at-risk"] = {
 # addresses too); each gateway's token comes from OPENSQUILLA_GATEWAY_TOKEN_<NAME> or the
 # variable its rpc_token_env names, never from the database.
 OPENSQUILLA_GATEWAY_LINKS = os.environ.get("OPENSQUILLA_GATEWAY_LINKS") or None
+# The hosts an address typed in the admin or import_opensquilla may reach, matched as
+# ALLOWED_HOSTS is (sessions_app/link_policy.py); the hosts of OPENSQUILLA_GATEWAY_LINKS are
+# allowed as well. Empty: only those.
+OPENSQUILLA_GATEWAY_LINK_HOSTS = env_list("OPENSQUILLA_GATEWAY_LINK_HOSTS")
+# "Run due repairs" is queued work: the worker's call waits at most this long for the answer.
+OPENSQUILLA_GATEWAY_REPAIR_TIMEOUT = float(
+    os.environ.get("OPENSQUILLA_GATEWAY_REPAIR_TIMEOUT", "20")
+)
 OPENSQUILLA_GATEWAY_LINK_INTERVAL_SECONDS = float(
     os.environ.get("OPENSQUILLA_GATEWAY_LINK_INTERVAL_SECONDS", "60")
 )

@@ -19,6 +19,7 @@ from receipts_app.console.helpers import (
     OPERATE_PERM,
     VIEW_PERM,
     HtmxHttpRequest,
+    can_operate,
     console_actor,
     console_role,
     console_view,
@@ -30,7 +31,7 @@ from receipts_app.health import health_for
 from sessions_app.gateways import gateway_scope
 from sessions_app.keys import normalize_agent_id
 
-from .gateway_link.service import RepairRunRefused, run_gateway_repairs
+from .gateway_link.service import RepairRunRefused, request_gateway_repairs
 from .gateway_link.views import agent_link_views
 
 
@@ -48,6 +49,8 @@ def agent_detail(request: HtmxHttpRequest, agent_id: str) -> HttpResponse:
         "receipt_total": sum(r.count for r in rows if r.agent_id == agent),
         "gateway_rows": agent_link_views(agent, rows),
         "is_admin": console_role(request.user) == "admin",
+        # Viewers see the link's reachability only; its messages name addresses and errors.
+        "show_details": can_operate(request.user),
     }
     return render_page(request, "console/agent_detail.html", context)
 
@@ -68,10 +71,11 @@ def agent_gateway_repairs(request: HtmxHttpRequest, agent_id: str) -> HttpRespon
     if name is None:
         return render_error(request, "Name the gateway (?gateway=NAME).", status=400)
     try:
-        outcome = run_gateway_repairs(name, agent, actor=console_actor(request))
+        # Queued, never called here: a gateway that hangs must not hold a web worker.
+        queued = request_gateway_repairs(name, agent, actor=console_actor(request))
     except KeyError:
         return render_error(request, f"Gateway not found: {name}", status=404, title="Not found")
     except RepairRunRefused as exc:
         return render_error(request, str(exc), status=409)
-    (messages.success if outcome.ok else messages.warning)(request, outcome.message)
+    messages.success(request, queued)
     return redirect(reverse("agents:detail", args=[agent]) + f"?gateway={name}")

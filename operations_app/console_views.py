@@ -8,7 +8,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from opensquilla_site.exceptions import NotFoundError
-from receipts_app.console.helpers import VIEW_PERM, HtmxHttpRequest, console_view
+from receipts_app.console.helpers import VIEW_PERM, HtmxHttpRequest, can_operate, console_view
 from sessions_app.gateways import (
     Gateway,
     GatewayNameError,
@@ -68,7 +68,13 @@ def gateway_link_panel(request: HtmxHttpRequest) -> HttpResponse:
     return render(
         request,
         "console/_gateway_link_panel.html",
-        {"rows": rows, "agent_page": False, "is_admin": False},
+        # Viewers see the link's reachability only; its messages name addresses and errors.
+        {
+            "rows": rows,
+            "agent_page": False,
+            "is_admin": False,
+            "show_details": can_operate(request.user),
+        },
     )
 
 

@@ -24,6 +24,7 @@ from receipts_app.counts import CountRow, receipt_counts
 from receipts_app.mirror.gap import gap_counts
 from receipts_app.selectors import ReceiptFilter, filter_receipts
 from receipts_app.statuses import KNOWN_SCOPES, KNOWN_STATUSES
+from receipts_app.verdict import SEVERITY, states_by_gateway_agent
 
 from . import counters, heartbeats
 from .gateway_link.states import LinkState
@@ -96,6 +97,18 @@ def _ledger_metrics(now: int, counts: list[CountRow]) -> Iterator[Metric]:
         if s.oldest_at_risk_age_s is not None:
             risk_age.add_metric(values, s.oldest_at_risk_age_s)
     yield from (backlog, due_age, at_risk, risk_age)
+
+    # The one state every page shows for an agent (receipts_app.verdict), as 1 of a fixed set.
+    state = GaugeMetricFamily(
+        "opensquilla_memory_state",
+        "1 for the state of each agent's memory on each gateway (at_risk, repairing, ok), as "
+        "every console page shows it; else 0.",
+        labels=["agent", "gateway", "state"],
+    )
+    for (gateway, agent), current in sorted(states_by_gateway_agent(counts).items()):
+        for s_ in SEVERITY:
+            state.add_metric([agent, gateway, s_.value], 1.0 if current == s_ else 0.0)
+    yield state
 
 
 def _counter_metrics() -> Iterator[Metric]:
@@ -214,15 +227,24 @@ def _gateway_link_metrics(now: int) -> Iterator[Metric]:
         labels=["gateway", "agent"],
     )
     gaps = gap_counts(filter_receipts(ReceiptFilter(gap="any")))
+    own_state = GaugeMetricFamily(
+        "opensquilla_gateway_memory_state",
+        "1 for the state each gateway itself last gave an agent's memory, in the console's "
+        "words (at_risk, repairing, ok), as last answered; else 0.",
+        labels=["gateway", "agent", "state"],
+    )
     for v in verdicts:
         if v.answered_at is None:
             continue
         backlog.add_metric([v.gateway_id, v.agent_id], v.repair_backlog_count or 0)
         safety.add_metric([v.gateway_id, v.agent_id], 0.0 if v.memory_safety == "ok" else 1.0)
+        theirs = v.own_state
+        for s_ in SEVERITY:
+            own_state.add_metric([v.gateway_id, v.agent_id, s_.value], float(theirs == s_))
     agents = {(v.gateway_id, v.agent_id) for v in verdicts} | {k for k in gaps if k[0] in links}
     for gateway, agent in sorted(agents):
         gap.add_metric([gateway, agent], gaps.get((gateway, agent), {}).get("total", 0))
-    yield from (backlog, safety, gap)
+    yield from (backlog, safety, own_state, gap)
 
 
 class OpensquillaCollector(Collector):

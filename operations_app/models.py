@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.db import models
 
 from opensquilla_site.timeutil import now_ms
+from receipts_app.verdict import State, gateway_state
 from sessions_app.gateways import DEFAULT_GATEWAY, Gateway, GatewayManager
 
 
@@ -352,3 +353,16 @@ class GatewayMemoryVerdict(models.Model):
 
     def __str__(self) -> str:
         return f"{self.gateway_id}/{self.agent_id}: {self.state}"
+
+    @property
+    def own_state(self) -> State:
+        """The gateway's last answer in the console's words (``receipts_app.verdict``);
+        ``unknown`` before its first answer."""
+        if self.answered_at is None:
+            return State.UNKNOWN
+        return gateway_state(
+            memory_safety=self.memory_safety,
+            repair_backlog=self.repair_backlog_count or 0,
+            pending_repairs=self.pending_repair_count,
+            repair_failures=len(self.repair_failures or ()),
+        )

@@ -72,3 +72,40 @@ def read_gateway_links() -> dict[str, str]:
     except Exception as exc:  # noqa: BLE001 - e.g. the database itself: logged, next run retries
         logging.getLogger(__name__).exception("the gateway link readings could not run")
         return {"error": type(exc).__name__}
+
+
+@shared_task(soft_time_limit=60, time_limit=90, ignore_result=True)
+def run_gateway_repairs(gateway: str, agent: str, actor: list[str]) -> dict[str, Any]:
+    """An admin's "run due repairs", off the web request: ask the gateway (within
+    OPENSQUILLA_GATEWAY_REPAIR_TIMEOUT) and record its answer in the audit trail. Never
+    retried: the gateway may have repaired already, and the admin can ask again."""
+    from opensquilla_site.acting import Actor
+
+    from .gateway_link.service import RepairRunRefused
+    from .gateway_link.service import run_gateway_repairs as run
+
+    who = Actor(*actor)
+    try:
+        outcome = run(gateway, agent, actor=who)
+    except (KeyError, RepairRunRefused) as exc:
+        # Unlinked (or no longer allowed) since it was queued: recorded, never silent.
+        return _record_refused_run(gateway, agent, who, str(exc))
+    return {"state": outcome.state, "count": len(outcome.results), "recorded": outcome.recorded}
+
+
+def _record_refused_run(gateway: str, agent: str, actor: Any, reason: str) -> dict[str, Any]:
+    from opensquilla_site.acting import acting_as
+    from receipts_app import audit
+
+    from .gateway_link.service import REPAIR_RUN_ACTION
+
+    with acting_as(actor):
+        audit.record_event(
+            receipt_id="",
+            gateway=gateway,
+            action=REPAIR_RUN_ACTION,
+            outcome="refused",
+            reason=reason,
+            details={"via": "gateway_link", "gateway": gateway, "agent": agent, "count": 0},
+        )
+    return {"state": "refused", "count": 0, "recorded": 0}

@@ -23,11 +23,13 @@ from opensquilla_site.limits import BULK_MAX_BODY_BYTES, body_limit
 from opensquilla_site.pagination import keyset_page
 from opensquilla_site.schemas import AUTH_ERRORS, READ_ERRORS, WRITE_ERRORS, errors
 from opensquilla_site.timeutil import now_ms
+from opensquilla_site.tokens import scope_allows
 from sessions_app.keys import canonicalize_session_key, normalize_agent_id
 from sessions_app.selectors import get_session_or_404
 
 from . import gateways, health, ledger, requeue, restore, services
 from .audit import Actor, acting_as
+from .mirror.exposure import fleet_for_viewer, mirror_for_viewer
 from .mirror.state import mirror_states
 from .models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
 from .schemas import (
@@ -434,7 +436,8 @@ def list_health(request: HttpRequest) -> dict[str, Any]:
     """Memory safety and repair backlog (docs/UPSTREAM.md#health) for every (gateway, agent) in
     the ledger (``?gateway=NAME``: that gateway's agents only), and the state of the live
     OpenSquilla mirror (``mirror``: source, last sync, lag, errors; docs/MIRROR.md)."""
-    return {"items": health.health_by_agent(), "mirror": mirror_states()}
+    states = mirror_states()
+    return {"items": health.health_by_agent(), "mirror": _shown(request, states, mirror_for_viewer)}
 
 
 @health_router.get(
@@ -462,7 +465,13 @@ def list_gateways(request: HttpRequest) -> dict[str, Any]:
     """Every gateway (``?gateway=NAME``: that one): name, display name, source, OpenSquilla
     version and schema last seen, mirror state, and at-risk counts with the filter that lists
     each (docs/API.md, "Gateways")."""
-    return {"items": gateways.fleet()}
+    return {"items": _shown(request, gateways.fleet(), fleet_for_viewer)}
+
+
+def _shown(request: HttpRequest, rows: Any, for_viewer: Any) -> Any:
+    """``rows`` as the caller may read them: a ``read``-scope caller (a viewer) gets no
+    paths, follower hosts or raw errors (receipts_app/mirror/exposure.py)."""
+    return rows if scope_allows(principal(request).scope, "operate") else for_viewer(rows)
 
 
 # --- receipt-backed session routes ----------------------------------------------------------

@@ -1,7 +1,8 @@
 """The fleet: every gateway with what an operator asks of it first (``GET /api/v1/gateways``).
 
 For each gateway: its name, where it is followed from and what it last ran, its mirror
-sources' state, and the at-risk counts (memory at risk as the overview card, /metrics and
+sources' state, its one state (the worst of its agents', ``receipts_app.verdict``), and the
+at-risk counts (memory at risk as the overview card, /metrics and
 alerts count it, memory safety errors, the repair backlog, repairs given up), each with the
 ``ReceiptFilter`` params that list exactly the rows it counts, and its mirror in one line (the
 worst state of its followed sources and their largest lag). The counts come from the counts
@@ -27,6 +28,7 @@ from .statuses import (
     REPAIR_QUEUE_STATUSES,
     TERMINAL_REPAIR_STATUSES,
 )
+from .verdict import LABELS, states_by_gateway_agent, worst
 
 AT_RISK = {
     # health.at_risk_by_gateway_agent counts the same statuses: one meaning of "at risk".
@@ -87,6 +89,8 @@ def fleet(
             listed = ReceiptFilter(gateway=gateway.name, statuses=statuses)
             at_risk[name] = {"count": count, "filter": listed.to_params()}
         followed = states_of.get(gateway.name, [])
+        # The gateway's one state: the worst of its agents' (receipts_app.verdict).
+        own = worst(states_by_gateway_agent(mine).values())
         out.append(
             {
                 "name": gateway.name,
@@ -97,6 +101,8 @@ def fleet(
                 "last_seen_at": gateway.last_seen_at,
                 "receipts": sum(r.count for r in mine),
                 "at_risk": at_risk,
+                "state": own.value,
+                "state_label": LABELS[own],
                 "mirror": followed,
                 "mirror_summary": mirror_summary(followed),
             }

@@ -461,6 +461,9 @@ class GatewayOut(Schema):
     last_seen_at: int | None
     receipts: int
     at_risk: GatewayAtRiskOut
+    # The one state every surface shows (receipts_app.verdict): at_risk, repairing or ok.
+    state: str
+    state_label: str
     mirror: list[MirrorStateOut]
 
 

@@ -66,9 +66,13 @@ class GatewayAdmin(admin.ModelAdmin):
 
     @admin.display(description="token")
     def link_token(self, obj: Gateway) -> str:
-        # Says where the token is read from and whether this process has it; never its value.
+        # Says where the token is read from and whether this process has it; never its value,
+        # and never whether a variable the link may not read exists (link_policy).
         if obj is None or not obj.name:
             return "-"
+        refusal = obj.token_env_refusal
+        if refusal:
+            return f"refused: {refusal}"
         found = "set" if obj.link_token() else "not set"
         return f"read from ${obj.token_env_name} ({found} in this web process)"
 

@@ -19,21 +19,29 @@ exactly as before: they are the ``local`` gateway's.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import wraps
 from typing import Any, Self, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.core.validators import RegexValidator
 from django.db import models
 
 from opensquilla_site.timeutil import now_ms
+
+# Re-exported: the address and variable rules are the link policy's, named here as before.
+from .link_policy import DEFAULT_RPC_PORT as DEFAULT_RPC_PORT
+from .link_policy import ENV_VAR_NAME_PATTERN as ENV_VAR_NAME_PATTERN
+from .link_policy import (
+    TOKEN_ENV_PREFIX,
+    read_token,
+    token_env_refusal,
+    validate_link_address,
+    validate_token_env,
+)
+from .link_policy import rpc_ws_url as rpc_ws_url
 
 DEFAULT_GATEWAY = "local"
 GATEWAY_NAME_MAX = 64
@@ -176,37 +184,10 @@ def no_worker_warning(name: str) -> str:
 
 # --- the link to its RPC ------------------------------------------------------------------
 
-DEFAULT_RPC_PORT = 18791
-ENV_VAR_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
-
-
-def rpc_ws_url(address: str) -> str:
-    """A gateway's RPC address as its WebSocket URL: ``host[:port]``, ``http(s)://host[:port]``
-    or ``ws(s)://host[:port][/ws]`` → ``ws(s)://host:port/ws``. Raises ``ValueError`` for an
-    address that names no host."""
-    text = address.strip()
-    if "://" not in text:
-        text = f"ws://{text}"
-    parts = urlsplit(text)
-    scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
-    try:
-        port = parts.port
-    except ValueError as exc:
-        raise ValueError(f"not a gateway address: {address!r} (bad port)") from exc
-    if scheme not in {"ws", "wss"} or not parts.hostname or any(c.isspace() for c in text):
-        raise ValueError(f"not a gateway address: {address!r}")
-    # A bare or plain address means the gateway itself (port 18791); TLS means a proxy on 443.
-    netloc = parts.netloc if port or scheme == "wss" else f"{parts.netloc}:{DEFAULT_RPC_PORT}"
-    path = parts.path.rstrip("/") or "/ws"
-    return urlunsplit((scheme, netloc, path, "", ""))
-
 
 def validate_rpc_address(value: str) -> None:
-    if value:
-        try:
-            rpc_ws_url(value)
-        except ValueError as exc:
-            raise ValidationError(f"{exc}: use ws://host:port/ws (or host:port)") from exc
+    """The address's shape and the server's bound on it (``link_policy``)."""
+    validate_link_address(value)
 
 
 def default_token_env(name: str) -> str:
@@ -247,11 +228,9 @@ class Gateway(models.Model):
         max_length=128,
         blank=True,
         default="",
-        validators=[
-            RegexValidator(ENV_VAR_NAME_PATTERN, "an environment variable name: letters, digits, _")
-        ],
+        validators=[validate_token_env],
         help_text="the environment variable holding the gateway's token (never the token "
-        "itself); empty: OPENSQUILLA_GATEWAY_TOKEN_<NAME>",
+        f"itself), named {TOKEN_ENV_PREFIX}*; empty: {TOKEN_ENV_PREFIX}<NAME>",
     )
 
     class Meta:
@@ -270,9 +249,16 @@ class Gateway(models.Model):
         """The environment variable the link reads the token from."""
         return self.rpc_token_env or default_token_env(self.name)
 
+    @property
+    def token_env_refusal(self) -> str | None:
+        """Why the link may not read the named variable (a name stored before the prefix
+        rule); None when it may."""
+        return token_env_refusal(self.token_env_name)
+
     def link_token(self) -> str | None:
-        """The gateway's token from the environment of the process asking (None: unset)."""
-        return os.environ.get(self.token_env_name) or None
+        """The gateway's token from the environment of the process asking (None: unset, or a
+        variable the link may not read)."""
+        return read_token(self.token_env_name)
 
 
 def gateway_field() -> Any:

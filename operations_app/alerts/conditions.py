@@ -21,6 +21,7 @@ from receipts_app.counts import CountRow, receipt_counts
 from receipts_app.mirror.gap import gap_counts
 from receipts_app.selectors import ReceiptFilter, filter_receipts
 from receipts_app.statuses import FAILURE_STATUSES
+from receipts_app.verdict import LABELS, State
 
 from ..heartbeats import HeartbeatView, heartbeats, latest_seen
 from ..ledger_state import AgentSignals, agent_signals
@@ -137,8 +138,9 @@ def firing_subjects(rule: AlertRule, snap: Snapshot) -> dict[str, Firing]:
         return {
             subject_of(s.gateway, s.agent): Firing(
                 s.oldest_at_risk_age_s,
-                f"memory of {_who(s)} has been at risk for {s.oldest_at_risk_age_s:.0f} s "
-                f"({s.at_risk} unresolved failures)",
+                # The verdict's words (receipts_app.verdict), as every page says them.
+                f"memory of {_who(s)}: {LABELS[State.AT_RISK]} for "
+                f"{s.oldest_at_risk_age_s:.0f} s ({s.at_risk} {LABELS[State.AT_RISK]})",
                 s.gateway,
             )
             for s in _agents(rule, snap)

@@ -8,7 +8,6 @@ can change between the two).
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 from urllib.parse import urlsplit
 
@@ -16,6 +15,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 
+from opensquilla_site.netpolicy import is_private_address as _is_private
+from opensquilla_site.netpolicy import resolve_host as _resolve
 from sessions_app.gateways import Gateway
 
 from ..models import AlertRule
@@ -33,26 +34,6 @@ EVERY_GATEWAY_CONDITIONS = (AlertRule.WORKER_SILENT, AlertRule.BEAT_SILENT)
 
 def private_targets_allowed() -> bool:
     return bool(getattr(settings, "OPENSQUILLA_ALERT_ALLOW_PRIVATE_TARGETS", False))
-
-
-def _resolve(host: str, port: int) -> list[str]:
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError) as exc:
-        raise ValidationError(f"The host {host!r} does not resolve.") from exc
-    return sorted({str(info[4][0]) for info in infos})
-
-
-def _is_private(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    return bool(
-        ip.is_private
-        or ip.is_loopback
-        or ip.is_link_local
-        or ip.is_reserved
-        or ip.is_multicast
-        or ip.is_unspecified
-    )
 
 
 def check_destination(url: str) -> tuple[str, int, list[str]]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import platform
 import time
 import uuid
@@ -227,8 +228,18 @@ def parse_repair_run(agent_id: str, payload: Any) -> RepairRun:
     )
 
 
+# The stored counts are 32-bit columns (GatewayMemoryVerdict).
+_COUNT_MAX = 2**31 - 1
+
+
 def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """A count the gateway sent: None when absent or not a number; a negative or larger
+    count than a column holds is a bad answer (recorded as such, never stored cut)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    if not 0 <= value <= _COUNT_MAX:
+        raise _fail(LinkState.BAD_ANSWER, f"a count is out of range ({value})")
+    return value
 
 
 # --- the wire -------------------------------------------------------------------------------
@@ -387,7 +398,42 @@ def _recv(ws: ClientConnection, timeout: float) -> dict[str, Any]:
         raise _fail(LinkState.NOT_A_GATEWAY, "a frame is not JSON") from exc
     if not isinstance(frame, dict):
         raise _fail(LinkState.NOT_A_GATEWAY, "a frame is not a JSON object")
+    problem = unstorable(frame)
+    if problem:
+        raise _fail(LinkState.BAD_ANSWER, problem)
     return frame
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def unstorable(value: Any, *, _depth: int = 0) -> str | None:
+    """Why ``value`` (a decoded frame) cannot be stored as sent, or None: every answer is
+    checked here once, so a NUL (PostgreSQL text refuses it), an integer beyond 64 bits (no
+    column holds it) or a non-finite number (JSON columns refuse it) is a recorded
+    ``bad_answer``, never an error while storing."""
+    if _depth > 64:
+        return "the answer nests too deeply"
+    if isinstance(value, str):
+        return "a text holds a NUL character" if "\x00" in value else None
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return None if _INT64[0] <= value <= _INT64[1] else "a number exceeds 64 bits"
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "a number is not finite"
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            problem = unstorable(key, _depth=_depth + 1) or unstorable(item, _depth=_depth + 1)
+            if problem:
+                return problem
+        return None
+    if isinstance(value, list):
+        for item in value:
+            problem = unstorable(item, _depth=_depth + 1)
+            if problem:
+                return problem
+    return None
 
 
 def _next_response(ws: ClientConnection, timeout: float, request_id: str) -> dict[str, Any]:

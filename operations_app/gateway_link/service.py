@@ -5,9 +5,14 @@ and ask one to run its due repairs (docs/MIRROR.md#gateway-link).
   address it connects once, asks ``doctor.memory.status`` (deep) for each agent, and stores
   the answer with its time (``GatewayLink``, ``GatewayMemoryVerdict``). It never raises: each
   way a gateway can fail is stored as the link's state and message.
-- :func:`run_gateway_repairs` is the admin's "ask the gateway to run its due repairs": it
-  calls ``memory.repair.run`` and records the answer in the audit trail, one event for the
-  run and one on each receipt the gateway names.
+- :func:`request_gateway_repairs` is the admin's "ask the gateway to run its due repairs": a
+  page only queues it (the task ``operations_app.tasks.run_gateway_repairs``), so no web
+  worker ever waits on a gateway; the worker's :func:`run_gateway_repairs` calls
+  ``memory.repair.run`` with a short timeout (``OPENSQUILLA_GATEWAY_REPAIR_TIMEOUT``) and
+  records the answer in the audit trail, one event for the run (naming the agent, how many
+  ran and which receipts) and one on each receipt the gateway names.
+- Before any connection, the server's own bounds (``sessions_app.link_policy``): an address
+  or token variable they refuse is the stored state ``refused``, and nothing is sent.
 
 Pages read the stored rows only (:mod:`.views`); nothing here runs during a page render.
 """
@@ -28,6 +33,7 @@ from receipts_app.counts import receipt_counts
 from receipts_app.models import MemoryDurableReceipt
 from sessions_app.gateways import Gateway, known_gateway
 from sessions_app.keys import normalize_agent_id
+from sessions_app.link_policy import address_refusal
 
 from ..models import GatewayLink, GatewayMemoryVerdict
 from .client import DEFAULT_TIMEOUT, read_memory_status, run_due_repairs
@@ -38,12 +44,26 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_AGENT = "main"
 REPAIR_RUN_ACTION = "gateway_repair_run"
+REPAIR_RUN_TASK = "operations_app.tasks.run_gateway_repairs"
+QUEUED = "queued"
 # The audit event's outcome column is short; a gateway's result status is kept whole in details.
 _OUTCOME_MAX = 32
+# A gateway names its receipts by our column's ids; a longer "id" cannot be one of ours.
+RECEIPT_ID_MAX = MemoryDurableReceipt._meta.get_field("receipt_id").max_length or 128
 
 
 def link_timeout() -> float:
     return float(getattr(settings, "OPENSQUILLA_GATEWAY_LINK_TIMEOUT", 5.0) or DEFAULT_TIMEOUT)
+
+
+def repair_timeout() -> float:
+    return float(getattr(settings, "OPENSQUILLA_GATEWAY_REPAIR_TIMEOUT", 20.0) or 20.0)
+
+
+def link_refusal(gateway: Gateway) -> LinkFailure | None:
+    """Why this server's settings refuse to connect to ``gateway`` (None: they allow it)."""
+    reason = gateway.token_env_refusal or address_refusal(gateway.rpc_address)
+    return LinkFailure(LinkState.REFUSED, reason) if reason else None
 
 
 def linked_gateways() -> list[Gateway]:
@@ -97,6 +117,9 @@ def refresh_gateway_links(*, timeout: float | None = None) -> RefreshSummary:
 def refresh_gateway(gateway: Gateway, *, timeout: float | None = None) -> GatewayLink:
     """Ask ``gateway`` for each agent's verdict and store the answer with its time."""
     agents = agents_of(gateway)
+    refused = link_refusal(gateway)
+    if refused is not None:
+        return store_answer(gateway, agents, LinkAnswer(failure=refused))
     answer = read_memory_status(
         gateway.rpc_address,
         agent_ids=agents,
@@ -228,22 +251,75 @@ def check_can_run_repairs(gateway_name: str) -> tuple[Gateway, GatewayLink]:
     return gateway, link
 
 
+def request_gateway_repairs(gateway_name: str, agent_id: str, *, actor: Actor) -> str:
+    """Queue "run due repairs" for ``agent_id`` on the gateway; returns what the page says.
+
+    Raises ``KeyError`` / ``RepairRunRefused`` (see ``check_can_run_repairs``, and the
+    server's bounds on the link) before queueing. The request is an audit event of its own
+    (outcome ``queued``); the worker's run records the answer."""
+    gateway, _link = check_can_run_repairs(gateway_name)
+    refused = link_refusal(gateway)
+    if refused is not None:
+        raise RepairRunRefused(f"gateway {gateway.name}: {refused.message}")
+    agent = normalize_agent_id(agent_id or DEFAULT_AGENT)
+    details = {"via": "gateway_link", "gateway": gateway.name, "agent": agent}
+    with acting_as(actor), transaction.atomic():
+        audit.record_event(receipt_id="", action=REPAIR_RUN_ACTION, outcome=QUEUED, details=details)
+        transaction.on_commit(lambda: _publish_repair_run(gateway.name, agent, actor))
+    return (
+        f"asked gateway {gateway.name} to run its due repairs for agent {agent}: queued; "
+        "the outcome appears in the audit trail when the gateway answers"
+    )
+
+
+def _publish_repair_run(gateway: str, agent: str, actor: Actor) -> None:
+    from celery import current_app
+
+    try:
+        # By name: operations_app.tasks imports this module, not the other way round.
+        current_app.tasks[REPAIR_RUN_TASK].apply_async(
+            kwargs={"gateway": gateway, "agent": agent, "actor": [actor.name, actor.surface]}
+        )
+    except Exception as exc:  # noqa: BLE001 - an unreachable broker is an outcome, recorded
+        logger.warning("could not queue the repair run of gateway %s", gateway, exc_info=True)
+        with acting_as(actor):
+            audit.record_event(
+                receipt_id="",
+                gateway=gateway,
+                action=REPAIR_RUN_ACTION,
+                outcome="not_queued",
+                reason=f"the broker refused the work: {type(exc).__name__}",
+                details={"via": "gateway_link", "gateway": gateway, "agent": agent},
+            )
+
+
 def run_gateway_repairs(
-    gateway_name: str, agent_id: str, *, actor: Actor, timeout: float = 60.0
+    gateway_name: str, agent_id: str, *, actor: Actor, timeout: float | None = None
 ) -> RepairRunOutcome:
-    """Ask the gateway to run its due repairs for ``agent_id`` and audit its answer.
+    """Ask the gateway to run its due repairs for ``agent_id`` and audit its answer (the
+    worker's half of :func:`request_gateway_repairs`).
 
     Raises ``KeyError`` / ``RepairRunRefused`` before calling (see ``check_can_run_repairs``);
-    every failure of the call itself is an outcome, recorded like a success."""
+    every failure of the call itself, a refusal by the server's settings and an answer that
+    cannot be stored included, is an outcome, recorded like a success."""
     gateway, _link = check_can_run_repairs(gateway_name)
     agent = normalize_agent_id(agent_id or DEFAULT_AGENT)
-    answer = run_due_repairs(
-        gateway.rpc_address, agent_id=agent, token=gateway.link_token(), timeout=timeout
-    )
+    refused = link_refusal(gateway)
+    if refused is not None:
+        answer: LinkAnswer[Any] = LinkAnswer(failure=refused)
+    else:
+        answer = run_due_repairs(
+            gateway.rpc_address,
+            agent_id=agent,
+            token=gateway.link_token(),
+            timeout=repair_timeout() if timeout is None else timeout,
+        )
     results = answer.value.results if answer.value is not None else ()
+    receipt_ids = _receipt_ids(results)
     with acting_as(actor), transaction.atomic():
         audit.record_event(
             receipt_id="",
+            gateway=gateway.name,
             action=REPAIR_RUN_ACTION,
             outcome=answer.state.value[:_OUTCOME_MAX],
             reason=None if answer.ok else answer.message,
@@ -252,7 +328,7 @@ def run_gateway_repairs(
                 "gateway": gateway.name,
                 "agent": agent,
                 "count": len(results),
-                "receipt_ids": [str(r.get("receiptId")) for r in results if r.get("receiptId")],
+                "receipt_ids": receipt_ids,
             },
         )
         recorded = _record_results(gateway, agent, results)
@@ -266,27 +342,37 @@ def run_gateway_repairs(
     return RepairRunOutcome(answer.state.value, message, tuple(results), recorded)
 
 
+def _receipt_ids(results: tuple[dict[str, Any], ...]) -> list[str]:
+    # Only ids a receipt of ours could have (text within the column); others are not ours.
+    return [
+        r["receiptId"]
+        for r in results
+        if isinstance(r.get("receiptId"), str) and 0 < len(r["receiptId"]) <= RECEIPT_ID_MAX
+    ]
+
+
 def _record_results(gateway: Gateway, agent: str, results: tuple[dict[str, Any], ...]) -> int:
-    ids = [str(r["receiptId"]) for r in results if r.get("receiptId")]
+    ids = _receipt_ids(results)
     ours = {
         row.receipt_id: row
         for row in MemoryDurableReceipt.objects.filter(gateway_id=gateway.name, receipt_id__in=ids)
     }
     events = []
     for result in results:
-        receipt_id = str(result.get("receiptId") or "")
-        row = ours.get(receipt_id)
-        if row is None:
+        receipt_id = result.get("receiptId")
+        row = ours.get(receipt_id) if isinstance(receipt_id, str) else None
+        if row is None or not isinstance(receipt_id, str):
             continue  # a row only the gateway has (e.g. its legacy raw-fallback import)
-        status = str(result.get("status") or "")
+        status = _text(result.get("status"))
         events.append(
             audit.build_event(
                 receipt_id=receipt_id,
                 session_key=row.session_key,
+                gateway=gateway.name,
                 action=REPAIR_RUN_ACTION,
                 from_status=row.status,
                 outcome=status[:_OUTCOME_MAX] or None,
-                reason=str(result.get("reason") or "") or None,
+                reason=_text(result.get("reason")) or None,
                 details={
                     "via": "gateway_link",
                     "gateway": gateway.name,
@@ -297,3 +383,8 @@ def _record_results(gateway: Gateway, agent: str, results: tuple[dict[str, Any],
         )
     audit.record_events(events)
     return len(events)
+
+
+def _text(value: Any) -> str:
+    # A gateway's words for a result; anything but text (a number, an object) as JSON text.
+    return value if isinstance(value, str) else ("" if value is None else str(value))

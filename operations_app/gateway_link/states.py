@@ -25,6 +25,11 @@ class LinkState(StrEnum):
     FORBIDDEN = "forbidden"  # the principal lacks the scope the method needs
     UNKNOWN_METHOD = "unknown_method"  # this gateway does not offer the method
     GATEWAY_ERROR = "gateway_error"  # the method ran and reported an error
+    # This server's settings refuse the link (address or token variable; link_policy): no
+    # connection is made.
+    REFUSED = "refused"
+    # The answer cannot be stored as sent (a NUL, a number beyond 64 bits, a wrong type).
+    BAD_ANSWER = "bad_answer"
 
 
 # The messages an operator reads, one per state; ``detail`` adds the specifics.
@@ -39,7 +44,34 @@ STATE_MESSAGES: dict[LinkState, str] = {
     LinkState.FORBIDDEN: "the token lacks the scope this needs",
     LinkState.UNKNOWN_METHOD: "this gateway does not offer the method",
     LinkState.GATEWAY_ERROR: "the gateway reported an error",
+    LinkState.REFUSED: "this server's settings refuse the link",
+    LinkState.BAD_ANSWER: "the gateway's answer cannot be stored",
 }
+
+# What a viewer reads of the link: whether it reaches the gateway, never the connection's
+# error, address or paths (those are for operators and admins).
+REACHABILITY: dict[LinkState, str] = {
+    LinkState.OK: "reachable",
+    LinkState.UNREACHABLE: "unreachable",
+    LinkState.TIMEOUT: "unreachable",
+    LinkState.NOT_A_GATEWAY: "not a gateway",
+    LinkState.PROTOCOL_UNSUPPORTED: "not a gateway",
+    LinkState.TOKEN_REFUSED: "token refused",
+    LinkState.GUEST: "token refused",
+    LinkState.FORBIDDEN: "reachable",
+    LinkState.UNKNOWN_METHOD: "reachable",
+    LinkState.GATEWAY_ERROR: "reachable",
+    LinkState.REFUSED: "refused by settings",
+    LinkState.BAD_ANSWER: "reachable",
+}
+
+
+def reachability(state: str) -> str:
+    """The link's reachability word for a stored state (unknown states read "unknown")."""
+    try:
+        return REACHABILITY[LinkState(state)]
+    except ValueError:
+        return "unknown"
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,17 @@
 """What the pages show of the gateway link: the stored readings beside our own numbers and
 the gap between them. Reads the database only; no page render ever connects to a gateway.
 
-One row per (linked gateway, agent): what the gateway said about that agent's memory (with
-the reading's age and the link's state), what this console counts for the same agent, and
-the gap (``receipts_app.mirror.gap``) with the receipts-list filter behind each number.
+One row per (linked gateway, agent), with two facts kept apart:
+
+- the **link**: whether the last reading reached the gateway (``reachability``: reachable,
+  unreachable, refused by settings, ...); viewers see only that word, operators and admins
+  also the connection's own message;
+- the **verdicts**: what the gateway itself last said about the agent's memory and what this
+  console counts for it, both in the one set of words (``receipts_app.verdict``), and the gap
+  (``receipts_app.mirror.gap``) with the receipts-list filter behind each number.
+
+The two sides are "in step" only when this reading answered and both say the same state
+with no gap; a side that was not read is "not compared", never "in step".
 """
 
 from __future__ import annotations
@@ -23,10 +31,16 @@ from receipts_app.statuses import (
     REPAIR_DONE,
     REPAIR_QUEUE_STATUSES,
 )
+from receipts_app.verdict import LABELS, State, Verdict, state_of
 from sessions_app.gateways import gateway_scope
 
 from ..models import GatewayLink, GatewayMemoryVerdict
-from .states import STATE_MESSAGES, LinkState
+from .states import STATE_MESSAGES, LinkState, reachability
+
+IN_STEP = "in_step"
+DIFFER = "differ"
+NOT_COMPARED = "not_compared"
+AGREEMENT_LABELS = {IN_STEP: "in step", DIFFER: "differ", NOT_COMPARED: "not compared"}
 
 # How our status of a gap row reads in the sentence "here: 2 recovered by an operator".
 _HERE_WORDS = {
@@ -65,11 +79,41 @@ class AgentLinkView:
     now: int
 
     @property
+    def reachability(self) -> str:
+        """The link's fact: whether the last reading reached the gateway (no details)."""
+        return reachability(self.link.state)
+
+    @property
+    def here(self) -> Verdict:
+        return Verdict(state_of(self.at_risk_here, self.backlog_here))
+
+    @property
+    def theirs(self) -> Verdict:
+        """The gateway's own verdict, from its last answer (``unknown`` before one)."""
+        return Verdict(self.verdict.own_state)
+
+    @property
+    def read_now(self) -> bool:
+        """The last reading got this agent's answer (not an older answer kept with its age)."""
+        return self.verdict.state == LinkState.OK and self.verdict.answered_at is not None
+
+    @property
+    def agreement(self) -> str:
+        """``in_step`` only when both sides were read and agree; ``differ``; ``not_compared``."""
+        if not self.read_now or self.theirs.state == State.UNKNOWN:
+            return NOT_COMPARED
+        if self.theirs.state == self.here.state and not self.gap.total:
+            return IN_STEP
+        return DIFFER
+
+    @property
+    def agreement_label(self) -> str:
+        return AGREEMENT_LABELS[self.agreement]
+
+    @property
     def state(self) -> str:
-        """One word for the card: the link's failure, else ``gap``, else the gateway's word."""
-        if self.verdict.state != LinkState.OK:
-            return self.verdict.state
-        return "gap" if self.gap.total else "ok"
+        """The row's word (its CSS class): the agreement."""
+        return self.agreement
 
     @property
     def answered(self) -> bool:
@@ -109,9 +153,7 @@ class AgentLinkView:
         parts = []
         for status, n in sorted(self.gap.by_status.items(), key=lambda kv: (-kv[1], kv[0])):
             parts.append(f"{n} {_HERE_WORDS.get(status, f'now {status}')}")
-        if not parts:
-            parts.append("in step with the gateway")
-        parts.append(f"{self.at_risk_here} at risk")
+        parts.append(f"{self.at_risk_here} {LABELS[State.AT_RISK]}")
         return "here: " + ", ".join(parts)
 
 

@@ -11,6 +11,7 @@ from django.http import QueryDict
 
 from opensquilla_site.timeutil import duration_text, ms_text, now_ms
 from receipts_app.selectors import COUNT_CAP
+from receipts_app.verdict import State, Verdict, health_state
 
 from .helpers import console_role as _console_role
 from .middleware import console_gateways
@@ -133,3 +134,15 @@ def join_if_list(value: Any) -> str:
     if isinstance(value, list | tuple):
         return ",".join(str(v) for v in value)
     return str(value)
+
+
+@register.filter
+def verdict(health: Any) -> Verdict:
+    """The one state of a health entry (``receipts_app.verdict``): its words and badge."""
+    return Verdict(health_state(health))
+
+
+@register.filter
+def verdict_state(state: Any) -> Verdict:
+    """A stored state (``"at_risk"``, ``"repairing"``, ``"ok"``) as its words and badge."""
+    return Verdict(State(state))

@@ -191,6 +191,9 @@ def test_two_real_gateways_with_overlapping_keys_stay_apart_on_every_surface(
 
     # --- receipts: each gateway's own rows, statuses, reasons and counts -------------------
     fleet_api = {g["name"]: g for g in reader.get("/gateways").json()["items"]}
+    # Operators see where each gateway is followed from; a viewer (read scope) does not.
+    operator: ApiCaller = _caller("operator", "operator", "operate")
+    sources = {g["name"]: g["source"] for g in operator.get("/gateways").json()["items"]}
     for name, plan in GATEWAYS.items():
         items = reader.get("/receipts", {"gateway": name, "limit": 100}).json()["items"]
         assert {r["gateway"] for r in items} == {name}
@@ -199,7 +202,8 @@ def test_two_real_gateways_with_overlapping_keys_stay_apart_on_every_surface(
         reasons = {r["reason"] for r in items if r["status"].endswith("_failed")}
         assert reasons and all(reason.startswith(plan["reason"]) for reason in reasons)
         gateway = fleet_api[name]
-        assert gateway["source"] == str(dbs[name].resolve())
+        assert sources[name] == str(dbs[name].resolve())
+        assert gateway["source"] == "" and gateway["mirror"][0]["source"] == ""
         assert gateway["receipts"] == len(plan["statuses"])
         assert gateway["at_risk"]["memory_at_risk"]["count"] == AT_RISK[name]
         assert gateway["at_risk"]["terminal_repairs"]["count"] == GIVEN_UP[name]

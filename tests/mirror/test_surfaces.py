@@ -34,7 +34,8 @@ def following(gateway: FakeGateway) -> Follower:
     return f
 
 
-def test_health_api_reports_the_mirror_in_sync_then_failing_then_stopped(reader, gateway):
+def test_health_api_reports_the_mirror_in_sync_then_failing_then_stopped(operator, gateway):
+    reader = operator  # operators read the source's path and the follower's raw error
     f = following(gateway)
     [state] = reader.get("/health").json()["mirror"]
     assert state["status"] == "ok" and state["healthy"] is True
@@ -59,11 +60,30 @@ def test_health_api_reports_the_mirror_in_sync_then_failing_then_stopped(reader,
     assert state["status"] == "stopped"
 
 
+def test_a_viewer_reads_the_mirrors_state_without_paths_hosts_or_raw_errors(reader, gateway):
+    f = following(gateway)
+    gateway.close()
+    gateway.path.write_bytes(b"garbage" * 200)
+    for suffix in ("-wal", "-shm"):
+        gateway.path.with_name(gateway.path.name + suffix).unlink(missing_ok=True)
+    f.poll()
+    [state] = reader.get("/health").json()["mirror"]
+    assert (state["status"], state["error_code"]) == ("failing", "not_sqlite")
+    assert (state["source"], state["workspace"], state["follower"], state["error"]) == (
+        "",
+        "",
+        "",
+        "",
+    )
+    listed = reader.get("/gateways").json()["items"]
+    assert str(gateway.path.parent) not in str(listed)
+
+
 def test_health_api_without_a_mirror_has_an_empty_list(reader):
     assert reader.get("/health").json()["mirror"] == []
 
 
-def test_overview_shows_a_failing_mirror_at_a_glance(viewer_client, gateway):
+def test_overview_shows_a_failing_mirror_at_a_glance(viewer_client, operator_client, gateway):
     f = following(gateway)
     page = viewer_client.get("/").content.decode()
     assert "OpenSquilla mirror" in page and "in sync" in page
@@ -73,8 +93,13 @@ def test_overview_shows_a_failing_mirror_at_a_glance(viewer_client, gateway):
     f.poll()
     page = viewer_client.get("/").content.decode()
     assert "failing" in page
-    assert f"{gateway.path.resolve()} does not exist" in page
     assert "Local history is kept" in page
+    # A viewer reads the state, not the sessions.db path (nor the raw error quoting it).
+    assert str(gateway.path.parent) not in page
+    assert str(gateway.path.parent) not in viewer_client.get("/operations/liveness/").text
+    operators = operator_client.get("/").content.decode()
+    assert f"{gateway.path.resolve()} does not exist" in operators
+    assert str(gateway.path.resolve()) in operator_client.get("/operations/liveness/").text
 
 
 def test_overview_says_when_the_configured_follower_never_started(viewer_client, settings):

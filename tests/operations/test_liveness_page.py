@@ -137,8 +137,14 @@ def test_the_live_mirror_shows_on_liveness_and_in_metrics(viewer, fs_broker, rea
         path="/srv/opensquilla/sessions.db", phase="following", heartbeat_at=now, lag_ms=2500
     )
     html = viewer.get(URL).content.decode()
-    assert "/srv/opensquilla/sessions.db" in html
+    # A viewer reads the follower's state by gateway, not the path; an operator reads the path.
+    assert "gateway <code>local</code>" in html
+    assert "/srv/opensquilla/sessions.db" not in html
     assert "No mirror is running" not in html
+    operator = Client()
+    make_user("oskar", "operator")
+    operator.login(username="oskar", password="pw-Secret-123")
+    assert "/srv/opensquilla/sessions.db" in operator.get(URL).content.decode()
     metrics = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {read_token}")
     lag = 'opensquilla_mirror_lag_seconds{gateway="local",source="/srv/opensquilla/sessions.db"}'
     assert lag in (metrics.content.decode())

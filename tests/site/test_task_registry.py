@@ -1,7 +1,7 @@
 """A web process (no worker, no beat) knows every task it publishes by name.
 
-Celery's autodiscovery imports task modules only in a worker or beat; ``receipts_app.enqueue``
-and the alert deliveries publish by registered name, so without the apps importing their
+Celery's autodiscovery imports task modules only in a worker or beat; ``receipts_app.enqueue``,
+the alert deliveries and the gateway link's repair runs publish by registered name, so without the apps importing their
 ``tasks`` a console requeue failed with NotRegistered after commit.
 """
 
@@ -21,7 +21,8 @@ django.setup()
 from opensquilla_site.celery import app
 from receipts_app import enqueue
 from operations_app.alerts.delivery import DELIVER_TASK
-names = [enqueue.task_name(short) for short in enqueue.TASKS] + [DELIVER_TASK]
+from operations_app.gateway_link.service import REPAIR_RUN_TASK
+names = [enqueue.task_name(short) for short in enqueue.TASKS] + [DELIVER_TASK, REPAIR_RUN_TASK]
 print(json.dumps({name: name in app.tasks for name in names}))
 """
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
-from django.core.validators import RegexValidator
 
 from receipts_app.audit import acting_as
 from receipts_app.importer import import_opensquilla
@@ -19,12 +18,12 @@ from receipts_app.management import cli
 from receipts_app.mirror.follower import build_follower, stop_on_signals
 from sessions_app.gateways import (
     DEFAULT_GATEWAY,
-    ENV_VAR_NAME_PATTERN,
     GatewayNameError,
     ensure_gateway,
     validate_gateway_name,
     validate_rpc_address,
 )
+from sessions_app.link_policy import validate_token_env
 
 
 class Command(BaseCommand):
@@ -66,14 +65,15 @@ class Command(BaseCommand):
             default=None,
             metavar="ADDRESS",
             help="also link the gateway: its RPC address (ws://host:port/ws), read on a schedule "
-            "(docs/MIRROR.md#gateway-link); its token comes from OPENSQUILLA_GATEWAY_TOKEN_<NAME>",
+            "(docs/MIRROR.md#gateway-link); its host must be allowed by "
+            "OPENSQUILLA_GATEWAY_LINK_HOSTS; its token comes from OPENSQUILLA_GATEWAY_TOKEN_<NAME>",
         )
         parser.add_argument(
             "--rpc-token-env",
             default=None,
             metavar="VARIABLE",
-            help="with --rpc-address: the environment variable holding the gateway's token "
-            "(its name is stored, never the token)",
+            help="with --rpc-address: the environment variable holding the gateway's token, "
+            "named OPENSQUILLA_GATEWAY_TOKEN_* (its name is stored, never the token)",
         )
         parser.add_argument(
             "--follow",
@@ -135,7 +135,7 @@ class Command(BaseCommand):
         link = {"rpc_address": address, "rpc_token_env": token_env or ""}
         try:
             validate_rpc_address(address)
-            RegexValidator(ENV_VAR_NAME_PATTERN)(link["rpc_token_env"] or "X")
+            validate_token_env(link["rpc_token_env"])
         except ValidationError as exc:
             raise CommandError(f"--rpc-address/--rpc-token-env: {' '.join(exc.messages)}") from exc
         return link

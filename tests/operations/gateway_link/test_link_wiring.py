@@ -23,6 +23,7 @@ from django.urls import reverse
 
 from operations_app.alerts.conditions import Snapshot, firing_subjects
 from operations_app.gateway_link.config import LinkConfigError, parse_links
+from operations_app.gateway_link.states import reachability
 from operations_app.models import AlertRule, GatewayLink, GatewayMemoryVerdict
 from operations_app.tasks import read_gateway_links
 from receipts_app.audit import Actor
@@ -259,9 +260,14 @@ def test_each_failure_is_one_stored_state_with_its_message(
     assert words in stored.message
     assert GatewayMemoryVerdict.objects.get(gateway_id=NAME, agent_id="main").state == state
     body = overview_panel(operator)
-    assert f'link-state bad">{state}<' in body
-    assert words in body
+    # The link's reachability and the gateway's verdict are two facts; neither side read
+    # now, so the two are not compared (never "in step").
+    reach = reachability(state)
+    assert re.search(rf'link-state (ok|bad)" data-state="{state}">{reach}<', body)
+    assert words in body  # operators read the connection's own message
     assert "gateway says: nothing yet" in body
+    assert 'data-agreement="not_compared"' in body
+    assert 'data-agreement="in_step"' not in body
 
 
 def test_an_unreachable_gateway_keeps_the_last_answer_with_its_age(
@@ -309,9 +315,9 @@ def test_a_gateway_that_fails_does_not_stop_the_others(gateway, ledger) -> None:
 def test_the_token_comes_from_the_variable_the_gateway_names(gateway, ledger, monkeypatch):
     address, script = gateway
     script.answers["doctor.memory.status"] = status_answer
-    monkeypatch.setenv("GW_A_SECRET", "from-my-variable")
+    monkeypatch.setenv("OPENSQUILLA_GATEWAY_TOKEN_GW_A_SECRET", "from-my-variable")
     monkeypatch.setenv(TOKEN_ENV, "not-this-one")
-    link(address, rpc_token_env="GW_A_SECRET")
+    link(address, rpc_token_env="OPENSQUILLA_GATEWAY_TOKEN_GW_A_SECRET")
 
     read_gateway_links()
 
@@ -331,13 +337,21 @@ def test_the_admin_edits_the_link_and_never_shows_a_token(ledger, admin, monkeyp
     )
     assert posted.status_code == 200  # the form again, with both errors
     assert "not a gateway address" in posted.content.decode()
-    assert "an environment variable name" in posted.content.decode()
+    assert "Name a variable that starts with OPENSQUILLA_GATEWAY_TOKEN_" in posted.content.decode()
     saved = admin.post(
-        url, {"display_name": "A", "rpc_address": "10.0.0.5:9000", "rpc_token_env": "GW_TOKEN"}
+        url,
+        {
+            "display_name": "A",
+            "rpc_address": "127.0.0.1:9000",
+            "rpc_token_env": "OPENSQUILLA_GATEWAY_TOKEN_SHARED",
+        },
     )
     assert saved.status_code == 302, saved.context["adminform"].form.errors
     stored = Gateway.objects.get(name=NAME)
-    assert (stored.rpc_address, stored.rpc_token_env) == ("10.0.0.5:9000", "GW_TOKEN")
+    assert (stored.rpc_address, stored.rpc_token_env) == (
+        "127.0.0.1:9000",
+        "OPENSQUILLA_GATEWAY_TOKEN_SHARED",
+    )
 
 
 def test_links_configured_in_the_environment(gateway, ledger, settings) -> None:
@@ -368,7 +382,9 @@ def _repair_answer(receipt_ids: list[str]):
     return answer
 
 
-def test_an_admin_asks_the_gateway_to_run_its_due_repairs(gateway, ledger, admin) -> None:
+def test_an_admin_asks_the_gateway_to_run_its_due_repairs(
+    gateway, ledger, admin, repairs_inline, django_capture_on_commit_callbacks
+) -> None:
     address, script = gateway
     script.answers["doctor.memory.status"] = status_answer
     script.answers["memory.repair.run"] = _repair_answer([ledger["failing"], "only-upstream"])
@@ -377,24 +393,36 @@ def test_an_admin_asks_the_gateway_to_run_its_due_repairs(gateway, ledger, admin
     agent_url = reverse("agents:detail", args=["main"]) + f"?gateway={NAME}"
     assert 'data-action="gateway-repair-run"' in admin.get(agent_url).content.decode()
 
-    response = admin.post(
-        reverse("agents:gateway_repairs", args=["main"]) + f"?gateway={NAME}",
-        follow=True,
-    )
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin.post(
+            reverse("agents:gateway_repairs", args=["main"]) + f"?gateway={NAME}",
+            follow=True,
+        )
 
+    # The page queued the run and said so; a worker asked the gateway.
     assert response.status_code == 200
-    assert f"gateway {NAME} ran 2 due repairs for agent main; 1 of them on receipts here" in (
-        response.content.decode()
-    )
+    assert "queued; the outcome appears in the audit trail" in response.content.decode()
+    assert repairs_inline == [{"gateway": NAME, "agent": "main", "actor": ["ada", "console"]}]
     assert ("memory.repair.run", {"agentId": "main"}) in script.calls
     event = ReceiptEvent.objects.get(receipt_id=ledger["failing"], action="gateway_repair_run")
     assert (event.actor, event.surface, event.outcome) == ("ada", "console", "failed_retryable")
+    assert event.gateway_id == NAME
     assert event.details["result"]["reason"] == "provider_failed"
-    run = ReceiptEvent.objects.get(receipt_id="", action="gateway_repair_run")
+    queued, run = ReceiptEvent.objects.filter(receipt_id="", action="gateway_repair_run").order_by(
+        "id"
+    )
+    assert (queued.outcome, queued.actor, queued.gateway_id) == ("queued", "ada", NAME)
+    assert (run.outcome, run.actor, run.gateway_id) == ("ok", "ada", NAME)
     assert run.details["receipt_ids"] == [ledger["failing"], "only-upstream"]
-    # The audit log lists it like every other action.
-    audit = admin.get(reverse("receipts:audit") + "?action=gateway_repair_run")
-    assert ledger["failing"] in audit.content.decode()
+    # The audit log's row of the run names the agent, how many ran and which receipts.
+    audit = html.unescape(
+        admin.get(reverse("receipts:audit") + "?action=gateway_repair_run").content.decode()
+    )
+    rows = re.findall(r'<span class="repair-run small">(.*?)</span>\s*</td>', audit, re.S)
+    summary = " ".join(re.sub(r"<[^>]+>", "", rows[0]).split())
+    assert summary.startswith("agent main · 2 ran:")
+    assert reverse("receipts:detail", args=[ledger["failing"]]) in audit
+    assert reverse("receipts:detail", args=["only-upstream"]) in audit
 
 
 def test_no_repair_run_without_admin_scope_or_the_method(gateway, ledger, admin, operator):
@@ -493,13 +521,16 @@ def test_import_opensquilla_links_the_gateway_it_imports(golden_dir, tmp_path, s
         "--gateway",
         "gw-cli",
         "--rpc-address",
-        "10.0.0.7:18791",
+        "127.0.0.1:18791",
         "--rpc-token-env",
-        "GW_CLI_TOKEN",
+        "OPENSQUILLA_GATEWAY_TOKEN_CLI",
         "--no-progress",
         stdout=StringIO(),
         stderr=StringIO(),
     )
 
     stored = Gateway.objects.get(name="gw-cli")
-    assert (stored.rpc_address, stored.rpc_token_env) == ("10.0.0.7:18791", "GW_CLI_TOKEN")
+    assert (stored.rpc_address, stored.rpc_token_env) == (
+        "127.0.0.1:18791",
+        "OPENSQUILLA_GATEWAY_TOKEN_CLI",
+    )

@@ -41,6 +41,8 @@ def test_the_console_shows_the_real_gateways_view_the_gap_and_the_repair_run(
     tmp_path,
     settings,
     monkeypatch,
+    repairs_inline,
+    django_capture_on_commit_callbacks,
 ) -> None:
     settings.OPENSQUILLA_CHECKPOINT_WORKSPACE = str(tmp_path / "ours")
     settings.OPENSQUILLA_MEMORY_WORKSPACE = None
@@ -88,14 +90,16 @@ def test_the_console_shows_the_real_gateways_view_the_gap_and_the_repair_run(
     assert "gateway says: error, 1 repair queued" in agent_page
     assert 'data-action="gateway-repair-run"' in agent_page
 
-    ran = admin.post(
-        reverse("agents:gateway_repairs", args=["main"]) + f"?gateway={NAME}",
-        follow=True,
-    )
+    # The page queues the run; the worker (here, inline) asks the gateway.
+    with django_capture_on_commit_callbacks(execute=True):
+        ran = admin.post(
+            reverse("agents:gateway_repairs", args=["main"]) + f"?gateway={NAME}",
+            follow=True,
+        )
 
-    assert f"gateway {NAME} ran 1 due repair for agent main; 1 of them on receipts here" in (
-        ran.content.decode()
-    )
+    assert "queued; the outcome appears in the audit trail" in ran.content.decode()
+    run = ReceiptEvent.objects.filter(receipt_id="", action="gateway_repair_run").latest("id")
+    assert (run.outcome, run.details["count"], run.details["agent"]) == ("ok", 1, "main")
     event = ReceiptEvent.objects.get(receipt_id=written["repair"], action="gateway_repair_run")
     # No flush model is configured on the gateway: it archives again and backs off.
     assert (event.actor, event.outcome) == ("ada", "failed_retryable")
