@@ -44,12 +44,12 @@ def announced(gateways: list[str]) -> Iterator[None]:
     }
     try:
         process_started.send(sender=None, kind="mirror", name=name, details=details)
-    except Exception:  # noqa: BLE001 - being listed must never stop the mirror
-        log.warning("mirror: could not announce the process", exc_info=True)
+    except Exception as exc:  # noqa: BLE001 - being listed must never stop the mirror
+        log.warning("mirror: could not record the process's heartbeat: %s", exc)
     try:
         yield
     finally:
         try:
             process_stopped.send(sender=None, kind="mirror", name=name)
-        except Exception:  # noqa: BLE001
-            log.warning("mirror: could not record the process's stop", exc_info=True)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("mirror: could not record the process's stop: %s", exc)
