@@ -191,7 +191,9 @@ def send_request(
         if now is not None and int(str(now.get("requests_done") or 0)) > done:
             return now
         time.sleep(0.1)
-    raise RequestError(f"the supervisor of {name!r} did not carry out {action!r} in {timeout:.0f} s")
+    raise RequestError(
+        f"the supervisor of {name!r} did not carry out {action!r} in {timeout:.0f} s"
+    )
 
 
 def _take_request(name: str) -> str | None:

@@ -165,7 +165,9 @@ def process_rows(
                 gateway=str(details.get("gateway") or ""),
                 state=_heartbeat_state(hb, stale_ms),
                 restarts=int(restarts) if isinstance(restarts, int) else None,
-                last_exit=status.last_exit if status else str((supervisor or {}).get("last_exit") or ""),
+                last_exit=status.last_exit
+                if status
+                else str((supervisor or {}).get("last_exit") or ""),
                 last_exit_at=(
                     status.last_exit_at if status else (supervisor or {}).get("last_exit_at")
                 ),

@@ -86,9 +86,7 @@ class Pulse:
         self._spawn()
 
     def _spawn(self) -> None:
-        self._thread = threading.Thread(
-            target=self._run, name=f"pulse-{self.kind}", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, name=f"pulse-{self.kind}", daemon=True)
         self._thread.start()
 
     def beat(self) -> None:
@@ -112,9 +110,7 @@ class Pulse:
             self._thread.join(timeout=5)
 
 
-def start_pulse(
-    kind: str, name: str, details: Callable[[], dict[str, Any]] | None = None
-) -> Pulse:
+def start_pulse(kind: str, name: str, details: Callable[[], dict[str, Any]] | None = None) -> Pulse:
     """Start (once per process) the heartbeat of ``(kind, name)``."""
     with _lock:
         pulse = _pulses.get((kind, name))

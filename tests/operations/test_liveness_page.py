@@ -231,7 +231,9 @@ def test_edge_processes_show_centrally_with_gateway_host_state_and_restarts(view
     assert "not supervised" in row  # no restart record: the page does not invent one
 
 
-def test_an_idle_mirror_process_reads_the_same_in_both_panels(viewer, fs_broker, settings, tmp_path):
+def test_an_idle_mirror_process_reads_the_same_in_both_panels(
+    viewer, fs_broker, settings, tmp_path
+):
     import json
 
     from opensquilla_site.gentle_stop import STATUS_FOLDER

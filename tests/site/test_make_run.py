@@ -260,9 +260,7 @@ while True:
 """
 
 
-def test_one_supervised_process_is_stopped_started_and_restarted_by_one_command(
-    tmp_path, settings
-):
+def test_one_supervised_process_is_stopped_started_and_restarted_by_one_command(tmp_path, settings):
     """``manage.py process stop|start|restart NAME``: that process only, and the wrapper
     (what honcho sees, which would stop every process if it exited) keeps running."""
     import json

@@ -56,9 +56,7 @@ class Command(BaseCommand):
             followers[0].run(stop)
             return
         threads = [
-            threading.Thread(
-                target=_run, args=(f, stop), name=f"mirror-{f.gateway}", daemon=True
-            )
+            threading.Thread(target=_run, args=(f, stop), name=f"mirror-{f.gateway}", daemon=True)
             for f in followers
         ]
         for thread in threads:

@@ -31,7 +31,9 @@ class Command(BaseCommand):
         if due:
             lines = "One 'checkpoint_failed ... Not a directory' WARNING line follows: it is"
             if due > 1:
-                lines = f"{due} 'checkpoint_failed ... Not a directory' WARNING lines follow: they are"
+                lines = (
+                    f"{due} 'checkpoint_failed ... Not a directory' WARNING lines follow: they are"
+                )
             self.stdout.write(
                 f"Seeding demo data. {lines} the demo's deliberate failures, for the console to show."
             )
