@@ -177,12 +177,28 @@ def rows_applied(gateways: list[str]) -> int:
 
 
 def wait_caught_up(sources: dict[str, Path], timeout: float) -> None:
-    """Until every gateway's entries and receipts here match its file's counts."""
+    """Until every gateway's entries and receipts here match its file's counts, and every
+    follower has recorded the catch-up (a long pass commits its rows before it records the
+    pass) and looked again to find nothing new (lag 0, docs/MIRROR.md "Lag"), so the next
+    phase measures writes, not the rest of the catch-up."""
+    from receipts_app.mirror.models import MirrorSource
+
     deadline = time.perf_counter() + timeout
+    steady_since, last = None, None
     while time.perf_counter() < deadline:
-        if all(ledger_counts(g) == source_counts(p) for g, p in sources.items()):
-            return
-        time.sleep(0.2)
+        caught_up = all(ledger_counts(g) == source_counts(p) for g, p in sources.items())
+        lags = MirrorSource.objects.filter(gateway_id__in=list(sources)).values_list(
+            "lag_ms", flat=True
+        )
+        applied = rows_applied(list(sources))
+        if caught_up and all(lag == 0 for lag in lags) and applied == last:
+            steady_since = steady_since or time.perf_counter()
+            if time.perf_counter() - steady_since >= 3:
+                return
+        else:
+            steady_since = None
+        last = applied
+        time.sleep(0.5)
     raise SystemExit("the followers did not catch up with the prefilled sessions in time")
 
 
