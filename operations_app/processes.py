@@ -114,6 +114,11 @@ class ProcessRow:
     instances_running: int = 0
     activity: str = ""  # what it does, in words ("follows nothing: no source configured")
 
+    @property
+    def up(self) -> bool:
+        """Running (an idle mirror runs too: it waits for a source to be configured)."""
+        return self.state in ("running", "idle")
+
 
 def _heartbeat_state(hb: HeartbeatView, stale_ms: float) -> str:
     if hb.state == "stopped":
