@@ -42,6 +42,7 @@ class SupervisedProcess:
     # how many there are and how many run now; 1 and 1 (or 0) for a single process.
     instances: int = 1
     instances_running: int = 0
+    pid: int | None = None  # the running command's (the first instance's), as last written
 
 
 def _alive(pid: object) -> bool:
@@ -83,6 +84,7 @@ def _read(path: Path) -> SupervisedProcess | None:
         last_exit_at=exited if isinstance(exited, int) else None,
         instances=max(1, len(copies)),
         instances_running=running if state != "stopped" else 0,
+        pid=data.get("pid") if isinstance(data.get("pid"), int) else None,
     )
 
 
@@ -158,6 +160,8 @@ def process_rows(
         host = str(details.get("host") or "")
         name = str(supervisor.get("name")) if supervisor else hb.name
         status = by_name.get(name) if supervisor and host == here else None
+        if status is not None and status.pid not in (None, details.get("pid")):
+            status = None  # another set's process of the same name on this host (an edge's)
         if status is not None:
             covered.add(name)  # this host's own record of it is fresher than the heartbeat's
         restarts = status.restarts if status else (supervisor or {}).get("restarts")
