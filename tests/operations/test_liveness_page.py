@@ -265,3 +265,33 @@ def test_an_idle_mirror_process_reads_the_same_in_both_panels(
     assert "No mirror is running" in html[html.index('id="mirror-title"') :]
     processes = html[html.index('id="processes-title"') : html.index('id="mirror-title"')]
     assert ">stopped<" in processes and ">idle<" not in processes
+
+
+def test_a_process_carries_its_supervisors_restarts_in_its_heartbeat(monkeypatch, tmp_path):
+    """What lets an edge host's restarts show centrally: the process reads the status file
+    its own supervisor writes on its host, and every beat carries it."""
+    import json
+
+    from opensquilla_site.gentle_stop import STATUS_FOLDER
+    from operations_app import pulse
+
+    folder = tmp_path / STATUS_FOLDER
+    folder.mkdir(parents=True)
+    killed = {"code": -9, "text": "signal SIGKILL", "at": 1_700_000_000_000}
+    status = {"name": "worker", "state": "running", "restarts": 3, "last_exit": killed}
+    (folder / "worker.json").write_text(json.dumps(status))
+    monkeypatch.setenv("OPENSQUILLA_VAR_DIR", str(tmp_path))
+    monkeypatch.setenv("OPENSQUILLA_SUPERVISED_AS", "worker")
+    beat = pulse.Pulse("worker", "b@edge-b", lambda: {"gateway": "b", "queues": ["gateway.b"]})
+    beat.beat()
+    details = Heartbeat.objects.get(kind="worker", name="b@edge-b").details
+    assert details["gateway"] == "b" and details["pid"] == os.getpid() and details["host"]
+    assert details["supervisor"] == {
+        "name": "worker",
+        "restarts": 3,
+        "last_exit": "signal SIGKILL",
+        "last_exit_at": 1_700_000_000_000,
+    }
+    monkeypatch.delenv("OPENSQUILLA_SUPERVISED_AS")
+    beat.beat()  # not supervised (another process manager): no restart record is invented
+    assert "supervisor" not in Heartbeat.objects.get(name="b@edge-b").details
