@@ -9,7 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
+# Real processes (writers, followers): one at a time with the suite's other such tests.
+pytestmark = pytest.mark.xdist_group("real-processes")
 
 
 def test_mirror_fleet_with_the_light_writer_runs_and_loses_nothing(tmp_path):
