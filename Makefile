@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # hand), honcho and every process read. The test suite never reads .env.
 RUN_WORKSPACE ?= $(CURDIR)/var/workspace
 
-.PHONY: install system-deps migrate run run-edge demo test lint typecheck pytest bench bench-writes bench-report soak soak-embedded clean
+.PHONY: install system-deps migrate prepare-run run run-edge demo test lint typecheck pytest bench bench-writes bench-report soak soak-embedded clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,13 +41,19 @@ demo: .env migrate
 	mkdir -p "$(RUN_WORKSPACE)"
 	$(BIN)/python manage.py seed_demo
 
+# Migrations and static files, and the demo data only into a database this run created for
+# the embedded default (a fresh clone): never into DATABASE_URL's, nor one that existed before.
+prepare-run: .env install
+	mkdir -p "$(RUN_WORKSPACE)"
+	$(BIN)/python manage.py prepare_run
+
 # Web (gunicorn), Celery worker, beat and the mirror together on the embedded default (SQLite,
 # and the SQLite broker in var/celery-broker.sqlite3). WEB_BIND=host:port moves the web server
 # (default 127.0.0.1:8000). A process that dies is started again with a backoff while the others
 # keep running (opensquilla_site/gentle_stop.py --restart). Ctrl-C stops them all cleanly: the
 # recipe's shell ignores it and honcho, stopping on it, exits 130 (143 on SIGTERM), which is how
 # a run ends, not an error.
-run: demo
+run: prepare-run
 	$(BIN)/python manage.py bootstrap_operator
 	@trap '' INT; $(BIN)/honcho start -f Procfile || { rc=$$?; [ $$rc -eq 130 ] || [ $$rc -eq 143 ]; }
 

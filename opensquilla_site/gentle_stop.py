@@ -36,6 +36,18 @@ they hold (they exit once idle, when they see their parent gone) while the other
 workers keep accepting from the same socket: nothing waits for a boot. The status file then
 holds the sum (``restarts``; ``state`` is ``running`` only while every instance runs; ``pid``
 the first running instance's master) and each instance's own record under ``instances``.
+
+Asked from outside (``manage.py process stop|start|restart NAME``, docs/OPERATIONS.md): the
+command writes ``<var>/run/processes/NAME.request`` and the wrapper, which looks for it twice a
+second, carries it out on this one process while the others keep running: ``restart`` stops
+the command (SIGTERM, its warm shutdown) and starts it again at once; ``stop`` stops it and
+keeps it stopped, the wrapper still running (honcho would stop every process if it exited),
+until ``start``. Each carried-out request bumps ``requests_done`` in the status file, which is
+how the command knows it was done.
+
+Every start gets ``OPENSQUILLA_SUPERVISED_AS=NAME``: a process that writes its own heartbeat
+(operations_app.pulse) reads its restarts from this file and carries them to the liveness page,
+so the processes of an edge host show centrally too.
 """
 
 from __future__ import annotations
@@ -58,6 +70,10 @@ BACKOFF_MAX_SECONDS = 30.0
 # A process that ran this long before it died starts again after the first backoff.
 STABLE_AFTER_SECONDS = 60.0
 STATUS_FOLDER = Path("run") / "processes"
+# Set in every start of a supervised command: the name its status file has.
+SUPERVISED_ENV = "OPENSQUILLA_SUPERVISED_AS"
+REQUESTS = ("stop", "start", "restart")
+REQUEST_POLL_SECONDS = 0.5
 # systemd's first passed descriptor, where gunicorn looks for it.
 _LISTEN_FD = 3
 LISTEN_BACKLOG = 2048
@@ -91,13 +107,15 @@ def listen(address: str) -> socket.socket:
 
 
 def _child_setup(
-    listener: socket.socket | None, number: int = 1, count: int = 1
+    listener: socket.socket | None, number: int = 1, count: int = 1, name: str | None = None
 ) -> Callable[[], None]:
     """The preexec_fn of each start: die with the wrapper; find the listener, if any; know
-    which instance it is, when there are several."""
+    which instance it is, when there are several, and under which name it is supervised."""
 
     def setup() -> None:
         _die_with_parent()
+        if name:
+            os.environ[SUPERVISED_ENV] = name
         if count > 1:
             # Read by gunicorn.conf.py: its share of WEB_WORKERS and its own control socket.
             os.environ["OPENSQUILLA_INSTANCE"] = str(number)
@@ -115,6 +133,81 @@ def status_dir() -> Path:
     """Where each supervised process's status file lives (settings' VAR_DIR, read plainly)."""
     default = Path(__file__).resolve().parent.parent / "var"
     return Path(os.environ.get("OPENSQUILLA_VAR_DIR") or default) / STATUS_FOLDER
+
+
+def read_status(name: str, folder: Path | None = None) -> dict[str, object] | None:
+    """The status file of ``name`` as last written, or None (none, or unreadable)."""
+    path = (folder or status_dir()) / f"{name}.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _supervisor_alive(data: dict[str, object]) -> bool:
+    pid = data.get("supervisor_pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class RequestError(Exception):
+    """A stop/start/restart request that cannot be delivered (no such supervised process)."""
+
+
+def send_request(
+    name: str, action: str, *, folder: Path | None = None, timeout: float = 60.0
+) -> dict[str, object]:
+    """Ask the wrapper supervising ``name`` to ``stop``, ``start`` or ``restart`` it; wait
+    until it says it was done (``requests_done`` moved) and return its status then.
+    Raises RequestError when no running wrapper supervises ``name`` here, or it did not
+    answer within ``timeout`` seconds."""
+    if action not in REQUESTS:
+        raise RequestError(f"unknown action {action!r}: one of {', '.join(REQUESTS)}")
+    folder = folder or status_dir()
+    before = read_status(name, folder)
+    if before is None or not _supervisor_alive(before):
+        known = sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
+        raise RequestError(
+            f"no running supervisor of {name!r} on this host"
+            + (f" (supervised here: {', '.join(known)})" if known else "")
+            + "; processes are supervised by `make run` / `make run-edge`"
+        )
+    done = int(str(before.get("requests_done") or 0))
+    path = folder / f"{name}.request"
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_text(action, encoding="utf-8")
+    temporary.replace(path)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        now = read_status(name, folder)
+        if now is not None and int(str(now.get("requests_done") or 0)) > done:
+            return now
+        time.sleep(0.1)
+    raise RequestError(
+        f"the supervisor of {name!r} did not carry out {action!r} in {timeout:.0f} s"
+    )
+
+
+def _take_request(name: str) -> str | None:
+    """The pending request for ``name``, consumed (None when there is none)."""
+    path = status_dir() / f"{name}.request"
+    try:
+        action = path.read_text(encoding="utf-8").strip()
+        path.unlink()
+    except OSError:
+        return None
+    if action not in REQUESTS:
+        _log(f"ignored request {action!r} for {name} (one of {', '.join(REQUESTS)})")
+        return None
+    return action
 
 
 def _now_ms() -> int:
@@ -184,12 +277,14 @@ class Instance:
         self.restarts = 0
         self.last_exit: dict[str, object] | None = None
         self.code: int | None = None  # the exit code once stopped for good
+        self.asked: str | None = None  # "stop" or "restart" sent, until the child exits
+        self.held = False  # stopped on request: not started again until asked
 
     @property
     def state(self) -> str:
         if self.child is not None and self.child.poll() is None:
             return "running"
-        return "stopped" if self.code is not None else "restarting"
+        return "stopped" if self.code is not None or self.held else "restarting"
 
     def record(self) -> dict[str, object]:
         return {
@@ -199,6 +294,7 @@ class Instance:
             "restarts": self.restarts,
             "started_at": self.started_at,
             "last_exit": self.last_exit,
+            "held": self.held,
         }
 
 
@@ -220,6 +316,8 @@ def _status_fields(instances: list[Instance]) -> dict[str, object]:
         "restarts": sum(int(str(r["restarts"])) for r in records),
         "started_at": max(starts) if starts else None,
         "last_exit": max(exits, key=lambda e: int(str(e.get("at") or 0))) if exits else None,
+        # Stopped on request (``manage.py process stop``): the wrapper runs, the command not.
+        "held": any(r["held"] for r in records),
     }
     if len(records) > 1:
         fields["instances"] = records
@@ -262,7 +360,7 @@ def main(argv: list[str]) -> int:
         instance.child = subprocess.Popen(  # noqa: S603
             argv,
             start_new_session=True,
-            preexec_fn=_child_setup(listener, instance.number, count),  # noqa: PLW1509
+            preexec_fn=_child_setup(listener, instance.number, count, name),  # noqa: PLW1509
             pass_fds=(_LISTEN_FD,) if listener is not None else (),
         )
         instance.started_at = _now_ms()
@@ -275,6 +373,17 @@ def main(argv: list[str]) -> int:
             instance.code = code
             return
         ran = time.monotonic() - instance.started
+        if instance.asked is not None:
+            asked, instance.asked = instance.asked, None
+            text = "restarted on request" if asked == "restart" else "stopped on request"
+            instance.last_exit = {"code": code, "text": text, "at": _now_ms(), "ran_s": ran}
+            if asked == "restart":
+                instance.restarts += 1
+                instance.wake = time.monotonic()  # at once, and no backoff: nothing failed
+            else:
+                instance.held = True
+            _log(f"{name}: {text} (exited with {_exit_text(code)} after {ran:.0f} s)")
+            return
         if ran >= STABLE_AFTER_SECONDS:
             instance.delay = BACKOFF_FIRST_SECONDS
         instance.restarts += 1
@@ -295,12 +404,52 @@ def main(argv: list[str]) -> int:
         instance.wake = time.monotonic() + instance.delay
         instance.delay = min(instance.delay * 2, BACKOFF_MAX_SECONDS)
 
+    requests_done = 0
+    # A request being carried out: the action, and the instances it still waits for.
+    pending: tuple[str, list[Instance]] | None = None
+    next_look = 0.0
+
+    def take_request() -> None:
+        """Look for a stop/start/restart request (twice a second) and begin it."""
+        nonlocal pending, next_look
+        if name is None or pending is not None or stopping or time.monotonic() < next_look:
+            return
+        next_look = time.monotonic() + REQUEST_POLL_SECONDS
+        action = _take_request(name)
+        if action is None:
+            return
+        _log(f"{name}: {action} requested")
+        for instance in instances:
+            if instance.held and action in ("start", "restart"):
+                instance.held = False
+                instance.wake = time.monotonic()
+            elif action in ("stop", "restart") and instance.child is not None:
+                instance.asked = action
+                instance.child.send_signal(signal.SIGTERM)
+            elif action == "stop" and instance.child is None:
+                instance.held = True  # waiting for a restart: now held instead
+        pending = (action, list(instances))
+
+    def request_done() -> bool:
+        """The pending request is carried out: every instance is where it was asked to be."""
+        nonlocal pending, requests_done
+        if pending is None:
+            return False
+        action, involved = pending
+        want = "stopped" if action == "stop" else "running"
+        if any(i.asked is not None or i.state != want for i in involved if i.code is None):
+            return False
+        pending = None
+        requests_done += 1
+        return True
+
     for instance in instances:
         start(instance)
     if status:
-        status.update(**_status_fields(instances))
+        status.update(**_status_fields(instances), requests_done=0)
     while True:
         changed = False
+        take_request()
         for instance in instances:
             if instance.code is not None:
                 continue
@@ -308,7 +457,7 @@ def main(argv: list[str]) -> int:
                 if stopping:
                     instance.code = 0  # waiting for its restart when the stop came
                     changed = True
-                elif time.monotonic() >= instance.wake:
+                elif not instance.held and time.monotonic() >= instance.wake:
                     start(instance)
                     changed = True
                 continue
@@ -317,8 +466,10 @@ def main(argv: list[str]) -> int:
                 instance.child = None
                 exited(instance, code)
                 changed = True
+        if request_done():
+            changed = True
         if changed and status:
-            status.update(**_status_fields(instances))
+            status.update(**_status_fields(instances), requests_done=requests_done)
         if all(instance.code is not None for instance in instances):
             codes = [int(str(instance.code)) for instance in instances]
             if not stopping:  # no status: a plain wrapper ends with its command

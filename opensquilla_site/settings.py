@@ -402,6 +402,10 @@ OPENSQUILLA_METRICS_ALLOWED_NETWORKS = env_list("OPENSQUILLA_METRICS_ALLOWED_NET
 OPENSQUILLA_HEARTBEAT_STALE_SECONDS = float(
     os.environ.get("OPENSQUILLA_HEARTBEAT_STALE_SECONDS", "60")
 )
+# How often a worker or mirror process writes its own heartbeat (operations_app.pulse).
+OPENSQUILLA_HEARTBEAT_INTERVAL_SECONDS = float(
+    os.environ.get("OPENSQUILLA_HEARTBEAT_INTERVAL_SECONDS", "10")
+)
 # Alerts: evaluated by beat every interval; webhooks time out after OPENSQUILLA_ALERT_TIMEOUT.
 OPENSQUILLA_ALERT_INTERVAL_SECONDS = float(
     os.environ.get("OPENSQUILLA_ALERT_INTERVAL_SECONDS", "30")

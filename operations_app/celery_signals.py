@@ -1,4 +1,7 @@
-"""Celery signal receivers: task statistics, worker heartbeats and beat ticks.
+"""Celery signal receivers: task statistics, worker starts and stops, and beat ticks.
+
+A worker's heartbeat is its own (``pulse``: a timer thread started when the worker is ready),
+not Celery's ``heartbeat_sent``, which the embedded broker's SQL transport never sends.
 
 Every receiver swallows its own errors: statistics must never fail or slow down the task or
 the worker they describe. They write to the database so that every web process can read them.
@@ -19,7 +22,7 @@ from django.db.models import F
 
 from opensquilla_site import timeutil
 
-from . import heartbeats
+from . import heartbeats, pulse
 from .models import TaskStat
 
 logger = logging.getLogger(__name__)
@@ -108,12 +111,8 @@ def _worker_ready(sender: Any = None, **_: Any) -> None:
     try:
         # What it consumes and whose workspaces it was given: the liveness page and the
         # "no live worker" warnings read this row, never a broadcast to the workers.
-        details = {
-            "pid": os.getpid(),
-            "queues": _consumed_queues(sender),
-            "gateway": served_gateway(),
-        }
-        heartbeats.mark_started("worker", _worker_name(sender), details)
+        details = {"queues": _consumed_queues(sender), "gateway": served_gateway()}
+        pulse.start_pulse("worker", _worker_name(sender), lambda: details)
     except Exception:  # noqa: BLE001
         logger.warning("could not record the worker start", exc_info=True)
     _start_beat_watch()
@@ -148,18 +147,10 @@ def _start_beat_watch() -> None:
     threading.Thread(target=_beat_watch_loop, name="beat-watch", daemon=True).start()
 
 
-@signals.heartbeat_sent.connect
-def _worker_heartbeat(sender: Any = None, **_: Any) -> None:
-    try:
-        heartbeats.record_heartbeat("worker", _worker_name(sender))
-    except Exception:  # noqa: BLE001
-        logger.warning("could not record the worker heartbeat", exc_info=True)
-
-
 @signals.worker_shutdown.connect
 def _worker_shutdown(sender: Any = None, **_: Any) -> None:
     try:
-        heartbeats.record_heartbeat("worker", _worker_name(sender), state="stopped")
+        pulse.stop_pulse("worker", _worker_name(sender))
     except Exception:  # noqa: BLE001
         logger.warning("could not record the worker shutdown", exc_info=True)
 
@@ -172,7 +163,7 @@ def beat_name() -> str:
 def _beat_init(sender: Any = None, **_: Any) -> None:
     _IS_BEAT["value"] = True
     try:
-        heartbeats.mark_started("beat", beat_name(), {"pid": os.getpid()})
+        heartbeats.mark_started("beat", beat_name(), pulse.process_facts())
     except Exception:  # noqa: BLE001
         logger.warning("could not record the beat start", exc_info=True)
 
@@ -182,6 +173,8 @@ def _beat_tick(sender: str | None = None, **_: Any) -> None:
     if not _IS_BEAT["value"]:
         return
     try:
-        heartbeats.record_heartbeat("beat", beat_name(), details={"last_task": sender or ""})
+        heartbeats.record_heartbeat(
+            "beat", beat_name(), details={"last_task": sender or "", **pulse.process_facts()}
+        )
     except Exception:  # noqa: BLE001
         logger.warning("could not record the beat tick", exc_info=True)

@@ -1,6 +1,6 @@
-"""Record and read the heartbeats of Celery workers and beat.
+"""Record and read the heartbeats of Celery workers, beat and the mirror's processes.
 
-Workers write theirs from Celery's own heartbeat signal (every ``heartbeat_interval``), beat
+Workers and mirror processes write theirs from a timer thread of their own (``pulse``), beat
 whenever it publishes a scheduled task. Writes are throttled per process to one every
 ``WRITE_INTERVAL_MS``, so a heartbeat costs the database one UPDATE per process per interval.
 """
@@ -81,6 +81,8 @@ class HeartbeatView:
     age_ms: int
     # The queues a worker consumes, as it recorded them when it started (none for beat).
     queues: tuple[str, ...] = ()
+    # What the process says of itself: host, pid, gateway, activity, supervisor (pulse).
+    details: dict[str, Any] | None = None
 
 
 def _queues(details: object) -> tuple[str, ...]:
@@ -92,7 +94,16 @@ def heartbeats(now: int | None = None) -> list[HeartbeatView]:
     """Every recorded worker and beat, with how old its last heartbeat is (one query)."""
     now = timeutil.now_ms() if now is None else now
     return [
-        HeartbeatView(kind, name, state, seen, started, max(0, now - seen), _queues(details))
+        HeartbeatView(
+            kind,
+            name,
+            state,
+            seen,
+            started,
+            max(0, now - seen),
+            _queues(details),
+            details if isinstance(details, dict) else {},
+        )
         for kind, name, state, seen, started, details in Heartbeat.objects.order_by(
             "kind", "name"
         ).values_list("kind", "name", "state", "seen_at", "started_at", "details")

@@ -14,7 +14,7 @@ from opensquilla_site import timeutil
 
 from .heartbeats import HeartbeatView, heartbeats
 from .mirror import MirrorView, SkippedRowView, mirror_skipped_rows, mirror_views
-from .processes import SupervisedProcess, supervised_processes
+from .processes import ProcessRow, process_rows, supervised_processes
 from .queues import QueueDepth, queue_depths
 
 
@@ -91,12 +91,20 @@ class LivenessReport:
     queues: list[QueueDepth] = field(default_factory=list)
     mirrors: list[MirrorView] = field(default_factory=list)
     skipped: list[SkippedRowView] = field(default_factory=list)  # newest 200
-    processes: list[SupervisedProcess] = field(default_factory=list)
+    # Every process that reports a heartbeat (workers, beat, mirror processes, on any host)
+    # and those of this host supervised by ``make run`` that do not (web): one row each.
+    processes: list[ProcessRow] = field(default_factory=list)
     gateway_queues: list[GatewayQueue] = field(default_factory=list)
 
     @property
     def restarts(self) -> int:
-        return sum(p.restarts for p in self.processes)
+        return sum(p.restarts or 0 for p in self.processes)
+
+    @property
+    def idle_mirrors(self) -> list[ProcessRow]:
+        """Mirror processes that run but follow nothing (no source configured): the Live
+        mirror panel says so, as the Processes panel does."""
+        return [p for p in self.processes if p.kind == "mirror" and p.state == "idle"]
 
     @property
     def workers_alive(self) -> int:
@@ -114,10 +122,13 @@ def liveness_report(now: int | None = None) -> LivenessReport:
     rows = heartbeats(now)
     for hb in rows:
         entry = ProcessLiveness(hb, hb.state == "running" and hb.age_ms / 1000 <= limit)
-        (report.workers if hb.kind == "worker" else report.beats).append(entry)
+        if hb.kind == "worker":
+            report.workers.append(entry)
+        elif hb.kind == "beat":
+            report.beats.append(entry)
     report.queues = queue_depths()
     report.mirrors = mirror_views()
     report.skipped = mirror_skipped_rows()
-    report.processes = supervised_processes()
+    report.processes = process_rows(rows, supervised_processes(), limit * 1000)
     report.gateway_queues = gateway_queues(queue_consumers(now, rows))
     return report

@@ -157,12 +157,17 @@ def _liveness_metrics(gateways: set[str]) -> Iterator[Metric]:
         "Unix time of beat's last scheduled publish.",
         labels=["beat"],
     )
+    mirror = GaugeMetricFamily(
+        "opensquilla_mirror_process_last_heartbeat_timestamp_seconds",
+        "Unix time of each running mirror process's last heartbeat (central or a gateway's).",
+        labels=["process"],
+    )
+    gauges = {"worker": worker, "beat": beat, "mirror": mirror}
     for row in rows:
-        if row.state != "running":
+        if row.state != "running" or row.kind not in gauges:
             continue
-        target = worker if row.kind == "worker" else beat
-        target.add_metric([row.name], row.seen_at / 1000)
-    yield from (worker, beat)
+        gauges[row.kind].add_metric([row.name], row.seen_at / 1000)
+    yield from (worker, beat, mirror)
     depth = GaugeMetricFamily(
         "opensquilla_queue_depth", "Messages waiting per Celery queue.", labels=["queue"]
     )

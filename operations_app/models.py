@@ -14,9 +14,10 @@ from sessions_app.gateways import DEFAULT_GATEWAY, Gateway, GatewayManager
 
 
 class Heartbeat(models.Model):
-    """The last sign of life of one Celery worker (``kind="worker"``) or of beat."""
+    """The last sign of life of one Celery worker (``kind="worker"``), of beat, or of a
+    mirror process (``kind="mirror"``; operations_app.pulse)."""
 
-    KINDS = ("worker", "beat")
+    KINDS = ("worker", "beat", "mirror")
 
     kind = models.CharField(max_length=16)
     name = models.CharField(max_length=255)

@@ -452,6 +452,16 @@ class GatewayAtRiskOut(Schema):
     terminal_repairs: AtRiskCountOut
 
 
+class MirrorSummaryOut(Schema):
+    # The worst state of the gateway's followed sources; None when nothing follows it.
+    status: str | None
+    healthy: bool | None
+    # The largest lag of its sources (docs/MIRROR.md, "Lag"): 0 when caught up.
+    lag_seconds: float | None
+    lag_ms: int | None
+    sources: int
+
+
 class GatewayOut(Schema):
     name: str
     display_name: str
@@ -465,6 +475,7 @@ class GatewayOut(Schema):
     state: str
     state_label: str
     mirror: list[MirrorStateOut]
+    mirror_summary: MirrorSummaryOut
 
 
 class GatewayListOut(Schema):

@@ -138,6 +138,22 @@ def _checkpoint_exists(session: Session, turn_id: str, status: str) -> bool:
     ).exists()
 
 
+def deliberate_failures_due() -> int:
+    """How many of the demo's deliberate failed checkpoints the next seed will write (each
+    logs one ``checkpoint_failed … Not a directory`` WARNING): none once they exist."""
+    return sum(
+        1
+        for spec in SESSIONS
+        if spec.failed_checkpoint_turn
+        and not MemoryDurableReceipt.objects.filter(
+            session_key=spec.key,
+            scope="checkpoint",
+            turn_id=spec.failed_checkpoint_turn,
+            status=CHECKPOINT_FAILED,
+        ).exists()
+    )
+
+
 def _ensure_session(spec: DemoSession, report: DemoReport, workspace: Path) -> Session:
     session = session_services.get_session(spec.key)
     created = session is None

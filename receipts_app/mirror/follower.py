@@ -96,6 +96,7 @@ class Follower:
         self._problem: tuple[str, str] | None = None
         self._standby_logged = False
         self._last_heartbeat = 0
+        self._lag_open = False  # the last pass measured a lag: the next idle look clears it
         self._last_reconcile = 0
         self._counts: tuple[int, int] | None = None
         self._workspace_missing = False
@@ -357,9 +358,14 @@ class Follower:
             src.last_change_at = now
             src.rows_applied += result.applied
             fields += ["last_change_at", "rows_applied"]
-            if result.newest_source_ms is not None:
-                src.lag_ms = max(0, now - result.newest_source_ms)
-                fields.append("lag_ms")
+        # Lag: how long the oldest change this pass found waiting had waited when applied; 0
+        # when it found none, and after the initial import (caught up: docs/MIRROR.md, "Lag").
+        waited = result.oldest_source_ms if result.applied and not initial else None
+        lag = 0 if waited is None else max(0, now - waited)
+        self._lag_open = lag > 0
+        if src.lag_ms != lag:
+            src.lag_ms = lag
+            fields.append("lag_ms")
         if initial:
             src.initial_sync_done = True
             fields.append("initial_sync_done")
@@ -395,17 +401,20 @@ class Follower:
 
     def _heartbeat_if_due(self) -> None:
         now = now_ms()
-        if now - self._last_heartbeat < HEARTBEAT_MS:
+        # The first idle look after a pass that measured a lag writes at once: caught up.
+        if now - self._last_heartbeat < HEARTBEAT_MS and not self._lag_open:
             return
         with transaction.atomic():
             src = lock_source(self.source_id, self.owner, self.lease_ms)
             src.heartbeat_at = now
             src.last_sync_at = now  # nothing changed upstream: we are caught up
+            src.lag_ms = 0  # and nothing waits to be applied
             src.warning = self._workspace_warning()
             src.save(
                 update_fields=[
                     "heartbeat_at",
                     "last_sync_at",
+                    "lag_ms",
                     "warning",
                     "lease_owner",
                     "lease_until",
@@ -413,6 +422,7 @@ class Follower:
             )
             Gateway.objects.filter(name=self.gateway).update(last_seen_at=now)
         self._last_heartbeat = now
+        self._lag_open = False
 
     def _record_unexpected(self, exc: Exception) -> None:
         try:

@@ -109,6 +109,7 @@ class PassResult:
     report: ImportReport
     applied: int = 0  # rows created or updated here
     newest_source_ms: int | None = None  # newest upstream stamp among applied rows
+    oldest_source_ms: int | None = None  # oldest: the change that waited longest (the lag)
     status_changes: int = 0
     edited_sessions: int = 0  # sessions whose entries were read again (an edit upstream)
     names: list[str] = field(default_factory=list)
@@ -342,7 +343,7 @@ class SyncPass:
                     after = report.sessions.created + report.sessions.updated
                     self.result.applied += after - before
                     if after > before:
-                        self._newest(max(row.updated_at for row in batch))
+                        self._stamps([row.updated_at for row in batch])
 
                 position = self._apply(
                     fields, position, (last.updated_at, last.session_key), apply, len(batch)
@@ -374,7 +375,7 @@ class SyncPass:
                     # Explicit upstream ids were inserted: move PostgreSQL's sequence past them
                     # so an entry written here meanwhile never collides.
                     rows.reset_entry_sequence()
-                    self._newest(max(row.created_at for row in batch))
+                    self._stamps([row.created_at for row in batch])
 
             position = self._apply(fields, position, (last_id,), apply, len(batch))
             for entry in batch:
@@ -510,7 +511,7 @@ class SyncPass:
         applied = [c for c in changes if c.outcome in ("created", "updated")]
         self.result.applied += len(applied)
         if applied:
-            self._newest(max(c.values["updated_at"] for c in applied))
+            self._stamps([c.values["updated_at"] for c in applied])
         self._record_status_changes(applied)
         fresh = [
             c
@@ -580,9 +581,10 @@ class SyncPass:
         )
         copy_planned(plans, self.result.report, [])
 
-    def _newest(self, stamp: int) -> None:
-        current = self.result.newest_source_ms
-        self.result.newest_source_ms = stamp if current is None else max(current, stamp)
+    def _stamps(self, stamps: list[int]) -> None:
+        newest, oldest = self.result.newest_source_ms, self.result.oldest_source_ms
+        self.result.newest_source_ms = max(stamps) if newest is None else max(newest, *stamps)
+        self.result.oldest_source_ms = min(stamps) if oldest is None else min(oldest, *stamps)
 
 
 def _mirror_rule(

@@ -244,6 +244,7 @@ def test_seed_demo_is_idempotent_and_covers_every_status(tmp_path, settings, mon
     monkeypatch.setenv("OPENSQUILLA_DEMO_PASSWORD", "demo-pass-123")
     out, _ = run("seed_demo", "--with-users")
     assert "login: operator / demo-pass-123" in out
+    assert "2 'checkpoint_failed ... Not a directory' WARNING lines follow" in out
     statuses = set(MemoryDurableReceipt.objects.values_list("status", flat=True))
     assert {
         "checkpoint_saved",
@@ -265,6 +266,7 @@ def test_seed_demo_is_idempotent_and_covers_every_status(tmp_path, settings, mon
     counts = (Session.objects.count(), TranscriptEntry.objects.count())
     out, _ = run("seed_demo", "--with-users")
     assert "0 created" in out and "exists; password unchanged" in out
+    assert "WARNING" not in out  # nothing fails on purpose again: nothing is announced
     assert list(MemoryDurableReceipt.objects.order_by("id").values()) == snapshot
     assert (Session.objects.count(), TranscriptEntry.objects.count()) == counts
 

@@ -205,3 +205,99 @@ def test_liveness_without_supervised_processes_says_who_reports_restarts(
     settings.VAR_DIR = tmp_path
     html = viewer.get(URL).content.decode()
     assert "restarts are your process manager" in html
+
+
+def _process_row(html: str, name: str, process: str) -> str:
+    at = html.index(f'data-process="{name}"', html.index(process) - 400)
+    return html[at:].split("</tr>")[0]
+
+
+def test_edge_processes_show_centrally_with_gateway_host_state_and_restarts(viewer, fs_broker):
+    # What an edge host's worker and follower write from there (operations_app.pulse).
+    now = timeutil.now_ms()
+    supervised = {"name": "worker", "restarts": 3, "last_exit": "signal SIGKILL"}
+    supervised["last_exit_at"] = now - 2 * 3600_000
+    worker = {"host": "edge-b", "gateway": "b", "queues": ["gateway.b"], "supervisor": supervised}
+    heartbeats.mark_started("worker", "b@edge-b", worker)
+    follower = {"host": "edge-b", "gateway": "b", "gateways": ["b"], "activity": "following"}
+    follower["supervisor"] = {"name": "mirror", "restarts": 0}
+    heartbeats.mark_started("mirror", "mirror-b@edge-b", follower)
+    heartbeats.mark_started("worker", "c@edge-c", {"host": "edge-c", "gateway": "c"})
+    Heartbeat.objects.filter(name="c@edge-c").update(seen_at=now - 3600_000)
+
+    html = viewer.get(URL).content.decode()
+    row = _process_row(html, "worker", "b@edge-b")
+    assert "gateway b" in row and "edge-b" in row and "consumes gateway.b" in row
+    assert ">running<" in row and '<td class="num">3</td>' in row
+    assert "signal SIGKILL, 2 h ago" in row
+    row = _process_row(html, "mirror", "mirror-b@edge-b")
+    assert "gateway b" in row and "follows b" in row and ">running<" in row
+    row = _process_row(html, "c@edge-c", "c@edge-c")
+    assert "gateway c" in row and ">silent<" in row  # not heard from: not called running
+    assert "not supervised" in row  # no restart record: the page does not invent one
+
+
+def test_an_idle_mirror_process_reads_the_same_in_both_panels(
+    viewer, fs_broker, settings, tmp_path
+):
+    import json
+
+    from opensquilla_site.gentle_stop import STATUS_FOLDER
+    from operations_app import pulse
+    from receipts_app.mirror.process import announced
+
+    # make run on a bare clone: the supervisor runs `run_mirror`, which has no source.
+    settings.VAR_DIR = tmp_path
+    folder = tmp_path / STATUS_FOLDER
+    folder.mkdir(parents=True)
+    status = {"name": "mirror", "state": "running", "restarts": 0, "supervisor_pid": os.getpid()}
+    (folder / "mirror.json").write_text(json.dumps(status))
+    spawned: list[pulse.Pulse] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPENSQUILLA_SUPERVISED_AS", "mirror")
+        mp.setenv("OPENSQUILLA_VAR_DIR", str(tmp_path))
+        mp.setattr(pulse.Pulse, "_spawn", lambda self: spawned.append(self))
+        with announced([]):  # what run_mirror does around its (idle) loop
+            html = viewer.get(URL).content.decode()
+    assert spawned, "the mirror process started its heartbeat"
+    processes = html[html.index('id="processes-title"') : html.index('id="mirror-title"')]
+    mirror = html[html.index('id="mirror-title"') :]
+    assert ">running<" not in processes and ">idle<" in processes
+    assert "follows nothing" in processes
+    assert "No mirror is running" not in mirror
+    assert "runs but follows nothing" in mirror
+    # Stopped, it says so in both.
+    html = viewer.get(URL).content.decode()
+    assert "No mirror is running" in html[html.index('id="mirror-title"') :]
+    processes = html[html.index('id="processes-title"') : html.index('id="mirror-title"')]
+    assert ">stopped<" in processes and ">idle<" not in processes
+
+
+def test_a_process_carries_its_supervisors_restarts_in_its_heartbeat(monkeypatch, tmp_path):
+    """What lets an edge host's restarts show centrally: the process reads the status file
+    its own supervisor writes on its host, and every beat carries it."""
+    import json
+
+    from opensquilla_site.gentle_stop import STATUS_FOLDER
+    from operations_app import pulse
+
+    folder = tmp_path / STATUS_FOLDER
+    folder.mkdir(parents=True)
+    killed = {"code": -9, "text": "signal SIGKILL", "at": 1_700_000_000_000}
+    status = {"name": "worker", "state": "running", "restarts": 3, "last_exit": killed}
+    (folder / "worker.json").write_text(json.dumps(status))
+    monkeypatch.setenv("OPENSQUILLA_VAR_DIR", str(tmp_path))
+    monkeypatch.setenv("OPENSQUILLA_SUPERVISED_AS", "worker")
+    beat = pulse.Pulse("worker", "b@edge-b", lambda: {"gateway": "b", "queues": ["gateway.b"]})
+    beat.beat()
+    details = Heartbeat.objects.get(kind="worker", name="b@edge-b").details
+    assert details["gateway"] == "b" and details["pid"] == os.getpid() and details["host"]
+    assert details["supervisor"] == {
+        "name": "worker",
+        "restarts": 3,
+        "last_exit": "signal SIGKILL",
+        "last_exit_at": 1_700_000_000_000,
+    }
+    monkeypatch.delenv("OPENSQUILLA_SUPERVISED_AS")
+    beat.beat()  # not supervised (another process manager): no restart record is invented
+    assert "supervisor" not in Heartbeat.objects.get(name="b@edge-b").details

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from opensquilla_site import timeutil
 from opensquilla_site.models import ApiToken
 from opensquilla_site.tokens import revoke_api_token
-from operations_app import celery_signals
+from operations_app import celery_signals, pulse
 from receipts_app.audit import Actor
 from receipts_app.requeue import (
     create_requeue_plan,
@@ -173,20 +173,18 @@ class _Worker:
         self.hostname = hostname
 
 
-class _Heart:
-    def __init__(self, hostname: str) -> None:
-        self.eventer = _Worker(hostname)
-
-
 def test_worker_and_beat_heartbeats(read_token, monkeypatch):
-    # A ready worker starts its beat watch; here that thread would outlive the test and
-    # query the database from outside any test (and hold the test database at teardown).
+    # A ready worker starts its beat watch and its heartbeat thread; here they would outlive
+    # the test and query the database from outside any test (and hold the test database).
     watches = []
     monkeypatch.setattr(celery_signals, "_start_beat_watch", lambda: watches.append(1))
+    beating: list[pulse.Pulse] = []
+    monkeypatch.setattr(pulse.Pulse, "_spawn", lambda self: beating.append(self))
     worker = _Worker("celery@box-1")
     signals.worker_ready.send(sender=worker)
-    assert watches == [1]
-    signals.heartbeat_sent.send(sender=_Heart("celery@box-2"))
+    signals.worker_ready.send(sender=_Worker("celery@box-2"))
+    assert watches == [1, 1] and {p.name for p in beating} == {"celery@box-1", "celery@box-2"}
+    beating[1].beat()  # what its thread does every interval
     signals.beat_init.send(sender=None)
     samples = scrape(read_token)
     workers = samples["opensquilla_worker_last_heartbeat_timestamp_seconds"]
@@ -195,6 +193,7 @@ def test_worker_and_beat_heartbeats(read_token, monkeypatch):
     signals.worker_shutdown.send(sender=worker)
     after = scrape(read_token)["opensquilla_worker_last_heartbeat_timestamp_seconds"]
     assert set(after) == {(("worker", "celery@box-2"),)}
+    pulse.stop_pulse("worker", "celery@box-2")
 
 
 def test_a_scrape_costs_the_same_queries_for_10_rows_as_for_200(read_token):

@@ -248,3 +248,65 @@ def test_gentle_stop_runs_instances_on_one_socket_and_restarts_each_on_its_own(t
         os.killpg(wrapper.pid, signal.SIGINT)
     assert wrapper.wait(timeout=30) == 0
     assert status()["state"] == "stopped"
+
+
+LONG_RUNNING = """
+import os, signal, sys, time
+with open(sys.argv[1], "a") as runs:
+    runs.write(f"run as {os.environ.get('OPENSQUILLA_SUPERVISED_AS')}\\n")
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))  # a warm shutdown
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_one_supervised_process_is_stopped_started_and_restarted_by_one_command(tmp_path, settings):
+    """``manage.py process stop|start|restart NAME``: that process only, and the wrapper
+    (what honcho sees, which would stop every process if it exited) keeps running."""
+    import json
+
+    from django.core.management.base import CommandError
+
+    settings.VAR_DIR = tmp_path
+    runs = tmp_path / "runs"
+    wrapper = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        [sys.executable, "-m", "opensquilla_site.gentle_stop", "--restart", "worker"]
+        + [sys.executable, "-c", LONG_RUNNING, str(runs)],
+        cwd=REPO,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), "OPENSQUILLA_VAR_DIR": str(tmp_path)},
+        stderr=subprocess.PIPE,
+    )
+    status_file = tmp_path / "run" / "processes" / "worker.json"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (runs.exists() and status_file.exists()):
+            time.sleep(0.05)
+
+        def process(action: str, name: str = "worker") -> str:
+            out = StringIO()
+            call_command("process", action, name, "--timeout", "30", stdout=out)
+            return out.getvalue()
+
+        def starts(count: int) -> bool:  # the command reports a start before it prints
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and runs.read_text().count("run") < count:
+                time.sleep(0.05)
+            return runs.read_text().splitlines() == ["run as worker"] * count
+
+        assert "restart done; now running, 1 restart(s)" in process("restart")
+        record = json.loads(status_file.read_text())
+        assert record["last_exit"]["text"] == "restarted on request"
+        assert starts(2)
+
+        assert "stop done; now stopped" in process("stop")
+        assert wrapper.poll() is None  # the set goes on without it
+        assert json.loads(status_file.read_text())["held"] is True
+        assert "start done; now running" in process("start")
+        assert starts(3)
+
+        with pytest.raises(CommandError, match="no running supervisor of 'beat'.*worker"):
+            process("restart", "beat")
+    finally:
+        os.killpg(wrapper.pid, signal.SIGINT)
+        assert wrapper.wait(timeout=30) == 0

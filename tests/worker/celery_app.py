@@ -9,6 +9,8 @@ real worker through the shared broker.
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
 
 from opensquilla_site.celery import app
 
@@ -22,7 +24,16 @@ def route_to(queue: str) -> None:
     )
 
 
+@app.task(name="tests.worker.busy")
+def busy(seconds: float, marker: str) -> None:
+    """Hold this worker for ``seconds`` (``--pool=solo``: the whole worker), saying in
+    ``marker`` when it started and when it is done."""
+    Path(marker).write_text("started", encoding="utf-8")
+    time.sleep(seconds)
+    Path(marker).write_text("done", encoding="utf-8")
+
+
 if os.environ.get(TEST_QUEUE_ENV):
     route_to(os.environ[TEST_QUEUE_ENV])
 
-__all__ = ["app", "route_to"]
+__all__ = ["app", "busy", "route_to"]

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from operations_app.liveness import liveness_report
 from operations_app.models import Heartbeat
 from receipts_app import repair
 from receipts_app.importer import import_opensquilla
@@ -211,6 +212,17 @@ def test_a_requeue_of_gateway_bs_checkpoint_runs_on_bs_worker_into_bs_workspace(
         )
 
     wait_for(worker_live, what="b's edge worker to say it consumes b's queue")
+
+    # The central liveness page lists b's edge processes, each with its gateway, host, state
+    # and restarts (from its own heartbeat: b's host has its own supervisor status files).
+    def edge_processes() -> dict[str, object]:
+        rows = {p.kind: p for p in liveness_report().processes if p.gateway == "b"}
+        return rows if {"worker", "mirror"} <= set(rows) else {}
+
+    rows = wait_for(edge_processes, what="b's edge worker and follower on the liveness page")
+    for kind, row in rows.items():
+        assert (row.name, row.state, row.restarts) == (kind, "running", 0), row
+        assert row.host and row.process.endswith(f"@{row.host}")
     failed_a, failed_b = _newest_failed("a"), _newest_failed("b")
     assert failed_a.session_key == failed_b.session_key == KEY  # the keys overlap
 

@@ -16,6 +16,7 @@ from receipts_app.audit import acting_as
 from receipts_app.importer import import_opensquilla
 from receipts_app.management import cli
 from receipts_app.mirror.follower import build_follower, stop_on_signals
+from receipts_app.mirror.process import announced
 from sessions_app.gateways import (
     DEFAULT_GATEWAY,
     GatewayNameError,
@@ -165,7 +166,7 @@ class Command(BaseCommand):
             f"{follower.interval:g}s (Ctrl-C stops)"
         )
         try:
-            with stop_on_signals() as stop:
+            with stop_on_signals() as stop, announced([follower.gateway]):
                 follower.run(stop)
         finally:
             progress.close()

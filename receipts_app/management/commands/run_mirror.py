@@ -17,6 +17,7 @@ from django.db import connection
 
 from receipts_app.management import cli
 from receipts_app.mirror.follower import Follower, build_follower, stop_on_signals
+from receipts_app.mirror.process import announced
 from receipts_app.mirror.sources import configured_sources
 
 log = logging.getLogger("receipts_app.mirror")
@@ -39,27 +40,29 @@ class Command(BaseCommand):
                     )
                     for source in configured_sources()
                 ]
-            if not followers:
-                log.info(
-                    "mirror: off. Set OPENSQUILLA_SOURCE_DB to a gateway's "
-                    "<state_dir>/sessions.db (and OPENSQUILLA_SOURCE_WORKSPACE to its workspace), "
-                    "or OPENSQUILLA_SOURCES to several, to follow them; see docs/MIRROR.md"
-                )
-                stop.wait()
-                return
-            if len(followers) == 1:
-                followers[0].run(stop)
-                return
-            threads = [
-                threading.Thread(
-                    target=_run, args=(f, stop), name=f"mirror-{f.gateway}", daemon=True
-                )
-                for f in followers
-            ]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+            with announced([f.gateway for f in followers]):
+                self._run(followers, stop)
+
+    def _run(self, followers: list[Follower], stop: threading.Event) -> None:
+        if not followers:
+            log.info(
+                "mirror: off. Set OPENSQUILLA_SOURCE_DB to a gateway's "
+                "<state_dir>/sessions.db (and OPENSQUILLA_SOURCE_WORKSPACE to its workspace), "
+                "or OPENSQUILLA_SOURCES to several, to follow them; see docs/MIRROR.md"
+            )
+            stop.wait()
+            return
+        if len(followers) == 1:
+            followers[0].run(stop)
+            return
+        threads = [
+            threading.Thread(target=_run, args=(f, stop), name=f"mirror-{f.gateway}", daemon=True)
+            for f in followers
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
 
 
 def _run(follower: Follower, stop: threading.Event) -> None:
