@@ -1,10 +1,11 @@
 """Session keys and idempotency keys as the console shows them: wrapped only after a ``:``.
 
 A key such as ``agent:main:webchat:default`` has no space, so a browser either lets it
-overflow or (with ``overflow-wrap: anywhere``) breaks it anywhere, mid-word. A ``<wbr>``
-after each ``:`` gives it break points at its own separators; the ``.skey`` style
-(static/console/console.css) keeps the browser from breaking it anywhere else unless one
-segment alone is wider than the screen.
+overflow or (with ``overflow-wrap: anywhere``) breaks it anywhere, mid-word, or after a
+``-`` inside a segment (``research-`` / ``assistant``). Here each segment and its ``:`` is
+one unbreakable span, with a ``<wbr>`` between them: the key wraps at its own separators
+only. A segment too long for a phone's line (over :data:`UNBROKEN_SEGMENT_CHARS`) stays
+breakable, so it wraps instead of widening the page (static/console/console.css ``.skey``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+# A segment up to this long never breaks (monospace at 390 px holds about 40 characters).
+UNBROKEN_SEGMENT_CHARS = 32
 # A key longer than this is cut at a ``:`` before it (the full key is the link's title and
 # the page the link opens), so one row never fills a phone's screen.
 DEFAULT_MAX_CHARS = 120
@@ -27,14 +30,20 @@ def shorten_key(key: str, limit: int = DEFAULT_MAX_CHARS) -> str:
 
 
 def wrapped_key(key: object, limit: int | None = DEFAULT_MAX_CHARS) -> SafeString:
-    """``<span class="skey">agent:<wbr>main:<wbr>…</span>``: escaped, breakable after each
-    ``:`` only; empty for an empty key."""
+    """``<span class="skey"><span>agent:</span><wbr><span>main:</span>…</span>``: escaped,
+    breakable after each ``:`` only; empty for an empty key."""
     text = "" if key is None else str(key)
     if not text:
         return mark_safe("")  # noqa: S308 - a constant
     if limit:
         text = shorten_key(text, int(limit))
-    parts = escape(text).split(":")
-    return mark_safe(  # noqa: S308 - every part was escaped above
-        '<span class="skey">' + ":<wbr>".join(parts) + "</span>"
+    parts = text.split(":")
+    pieces = [part + (":" if i < len(parts) - 1 else "") for i, part in enumerate(parts)]
+    html = "<wbr>".join(
+        f"<span>{escape(piece)}</span>"
+        if len(piece) <= UNBROKEN_SEGMENT_CHARS
+        else str(escape(piece))
+        for piece in pieces
+        if piece
     )
+    return mark_safe(f'<span class="skey">{html}</span>')  # noqa: S308 - pieces escaped

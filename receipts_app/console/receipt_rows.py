@@ -18,9 +18,10 @@ from urllib.parse import quote
 from django.urls import reverse
 
 from opensquilla_site.timeutil import duration_text, ms_text, now_ms
-from sessions_app.gateways import DEFAULT_GATEWAY
+from sessions_app.gateways import DEFAULT_GATEWAY, gateway_scope
 
 from .keys import wrapped_key
+from .middleware import console_gateways
 from .templatetags import ms_iso
 
 REASON_CHARS = 80
@@ -74,6 +75,15 @@ def show_gateways(rows: Iterable[Any]) -> bool:
     gateway's rows than ``local`` (the rows would otherwise look alike)."""
     names = {getattr(r, "gateway_id", None) or DEFAULT_GATEWAY for r in rows}
     return len(names) > 1 or names not in (set(), {DEFAULT_GATEWAY})
+
+
+def spans_gateways(request: Any, rows: list[Any]) -> bool:
+    """Whether each row of a list names its gateway: when the list can hold more than one
+    gateway's rows (no gateway chosen and several known; the names are read once per request,
+    for the list's gateway select too) or this page holds another gateway's than ``local``."""
+    if show_gateways(rows):
+        return True
+    return gateway_scope() is None and len(console_gateways(request)) > 1
 
 
 def present_rows(rows: list[Any], *, show_gateway: bool | None = None) -> list[ReceiptRow]:

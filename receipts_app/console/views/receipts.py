@@ -12,7 +12,6 @@ from django_htmx.http import trigger_client_event
 
 from opensquilla_site.exceptions import ValidationFailed
 from opensquilla_site.pagination import decode_cursor, encode_cursor
-from sessions_app.gateways import gateway_scope
 
 from ...flush_outcome import flush_outcome_for_row
 from ...models import MemoryDurableReceipt
@@ -44,8 +43,7 @@ from ..helpers import (
     render_page,
 )
 from ..helpers import console_view as _console_view
-from ..middleware import console_gateways
-from ..receipt_rows import present_rows, show_gateways
+from ..receipt_rows import present_rows, spans_gateways
 
 NEW_ROWS_CAP = 999
 LIST_TEMPLATE = "console/receipts.html"
@@ -69,15 +67,6 @@ def _pairs(params: dict) -> list[tuple[str, str]]:
         for item in value if isinstance(value, list) else [value]:
             out.append((key, str(item)))
     return out
-
-
-def _spans_gateways(request: HtmxHttpRequest, rows: list) -> bool:
-    """Whether each row names its gateway: when the list can hold more than one gateway's
-    rows (no gateway chosen, several known; the names are read once per request, for the
-    gateway select too) or this page holds another gateway's than ``local``."""
-    if show_gateways(rows):
-        return True
-    return gateway_scope() is None and len(console_gateways(request)) > 1
 
 
 @require_GET
@@ -111,7 +100,7 @@ def receipt_list(request: HtmxHttpRequest) -> HttpResponse:
         context.update(
             filter=receipt_filter,
             filter_pairs=_pairs(receipt_filter.to_params()),
-            rows=present_rows(page.rows, show_gateway=_spans_gateways(request, page.rows)),
+            rows=present_rows(page.rows, show_gateway=spans_gateways(request, page.rows)),
             # The row button appears where the requeue rules would act (one query a page).
             requeueable=requeueable_receipt_ids(page.rows) if context["can_operate"] else set(),
             next_cursor=page.next_cursor,
@@ -225,7 +214,7 @@ def _after_action(
     context: dict = {"flash": message, "flash_ok": ok}
     if request.POST.get("fragment") == ROW_FRAGMENT:
         context.update(
-            row=present_rows([receipt], show_gateway=_spans_gateways(request, [receipt]))[0],
+            row=present_rows([receipt], show_gateway=spans_gateways(request, [receipt]))[0],
             can_operate=True,
             requeueable=requeueable_receipt_ids([receipt]),
             failure_statuses=FAILURE_STATUSES,
