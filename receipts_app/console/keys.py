@@ -13,8 +13,8 @@ from __future__ import annotations
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-# A segment up to this long never breaks (monospace at 390 px holds about 40 characters).
-UNBROKEN_SEGMENT_CHARS = 32
+# A segment up to this long never breaks (a 390 px card's line holds about 42 characters).
+UNBROKEN_SEGMENT_CHARS = 40
 # A key longer than this is cut at a ``:`` before it (the full key is the link's title and
 # the page the link opens), so one row never fills a phone's screen.
 DEFAULT_MAX_CHARS = 120

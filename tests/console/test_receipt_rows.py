@@ -73,10 +73,10 @@ def test_rows_name_their_gateway_only_when_the_list_spans_gateways(viewer_client
 
 
 def test_keys_break_only_after_their_separators():
-    html = str(wrapped_key("agent:research-assistant:<b>:" + "z" * 40))
+    html = str(wrapped_key("agent:research-assistant:<b>:" + "z" * 45))
     assert html == (
         '<span class="skey"><span>agent:</span><wbr><span>research-assistant:</span><wbr>'
-        "<span>&lt;b&gt;:</span><wbr>" + "z" * 40 + "</span>"
+        "<span>&lt;b&gt;:</span><wbr>" + "z" * 45 + "</span>"
     )
     assert str(wrapped_key("")) == ""
     long = str(wrapped_key("agent:main:" + "s:" * 100))
