@@ -237,6 +237,15 @@ def test_every_row_names_its_gateway_when_the_list_spans_gateways(browser, live_
         assert label.is_visible(), f"session row {i} hides its gateway at {width}px"
 
     _open(page, f"{base}/")
+    for what in ("article.card:has(h2 code)", "tr.failure-group"):
+        items = page.locator(what)
+        assert items.count() >= len(GATEWAYS), what
+        names = set()
+        for i in range(items.count()):
+            label = items.nth(i).locator(".gateway-label")
+            assert label.is_visible(), f"{what} {i} hides its gateway at {width}px"
+            names.add(label.inner_text().lstrip("@"))
+        assert names == set(GATEWAYS), what
     page.locator("table.time-at-risk").wait_for()
     cells = page.locator("table.time-at-risk td.gateway")
     assert cells.count() >= len(GATEWAYS)
