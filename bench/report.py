@@ -466,17 +466,22 @@ def fleet_figures(runs: list[dict]) -> tuple[list[Row], list[str]]:
                     "fleet",
                 )
             )
+        # Runs since the render split was measured say how much of the CPU was templates.
+        split = all("render_ms" in fig for fig in r["pages"].values())
         detail += [
             f"`{r['name']}`: {where}" + (f". {r['note']}" if r.get("note") else "") + ".",
             "",
-            "| page | median [min–max] | CPU (this process) | queries | SQL | URL |",
-            "|---|---|---|---|---|---|",
+            "| page | median [min–max] | CPU (this process) |"
+            + (" of which templates |" if split else "")
+            + " queries | SQL | URL |",
+            "|---|---|---|" + ("---|" if split else "") + "---|---|---|",
         ]
         for name, fig in r["pages"].items():
             detail.append(
                 f"| {FLEET_PAGES.get(name, name)} | {fig['median_ms']:,.1f} ms "
                 f"[{fig['min_ms']:,.1f}–{fig['max_ms']:,.1f}] | {fig['cpu_median_ms']:,.1f} ms | "
-                f"{fig['queries']} | {fig['sql_ms']:,.1f} ms | `{fig['url']}` |"
+                + (f"{fig['render_ms']:,.1f} ms | " if split else "")
+                + f"{fig['queries']} | {fig['sql_ms']:,.1f} ms | `{fig['url']}` |"
             )
         detail.append("")
     return rows, detail

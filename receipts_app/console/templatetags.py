@@ -14,6 +14,7 @@ from receipts_app.selectors import COUNT_CAP
 from receipts_app.verdict import State, Verdict, health_state
 
 from .helpers import console_role as _console_role
+from .keys import wrapped_key
 from .middleware import console_gateways
 
 register = template.Library()
@@ -32,6 +33,13 @@ def gateway_qs(row: Any, sep: str = "?") -> str:
     before."""
     name = getattr(row, "gateway_id", None) or "local"
     return "" if name == "local" else f"{sep}gateway={name}"
+
+
+@register.filter
+def wrap_key(value: Any, limit: int | None = None) -> str:
+    """A session or idempotency key that wraps only after its ``:`` separators (a ``<wbr>``
+    after each), never mid-word; ``limit`` cuts a longer key at a ``:`` (receipt_rows)."""
+    return wrapped_key(value, limit)
 
 
 @register.filter

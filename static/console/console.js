@@ -117,6 +117,43 @@
     event.preventDefault();
   });
 
+  // Every table cell carries its column's header as data-label, so a table that becomes
+  // cards on a phone (console.css, "Stacked tables") can say what each value is. Read from
+  // the header row, so a column added to a template is labelled with no markup of its own;
+  // run on load and on every htmx swap (a swapped row takes its table's headers).
+  function labelCells(root) {
+    var tables = [];
+    if (root.closest) {
+      var around = root.closest("table");
+      if (around) tables.push(around);
+    }
+    if (root.querySelectorAll) {
+      Array.prototype.push.apply(tables, root.querySelectorAll("table"));
+    }
+    tables.forEach(function (t) {
+      var head = t.tHead && t.tHead.rows[0];
+      if (!head) return;
+      var names = [];
+      Array.prototype.forEach.call(head.cells, function (th) {
+        for (var i = 0; i < (th.colSpan || 1); i++) names.push(th.textContent.trim());
+      });
+      Array.prototype.forEach.call(t.tBodies, function (body) {
+        Array.prototype.forEach.call(body.rows, function (tr) {
+          var col = 0;
+          Array.prototype.forEach.call(tr.cells, function (td) {
+            var name = names[col] || "";
+            if (td.colSpan === 1 && name && !td.hasAttribute("data-label")) {
+              td.setAttribute("data-label", name);
+            }
+            col += td.colSpan || 1;
+          });
+        });
+      });
+    });
+  }
+  labelCells(document);
+  document.addEventListener("htmx:load", function (event) { labelCells(event.target); });
+
   // Catch up at once when the operator comes back instead of waiting for the next tick.
   document.addEventListener("visibilitychange", function () {
     if (document.hidden || !window.htmx) return;

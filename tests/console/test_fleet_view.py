@@ -36,6 +36,7 @@ LINK = re.compile(
     r"(?P<count>[\d,]+) [^<]+</a>"
 )
 ROW = re.compile(r'<tr class="receipt-row')
+FLEET_ROW_NAMES = re.compile(r'<tr class="fleet-row[^"]*" data-gateway="([^"]+)"')
 
 
 def _fleet(client, query: str = "") -> dict[str, dict]:
@@ -43,7 +44,7 @@ def _fleet(client, query: str = "") -> dict[str, dict]:
     overview = client.get(f"/{query}").content.decode()
     slot = re.search(r'<div id="fleet" hx-get="([^"]+)"', overview)
     assert slot, "the overview has no fleet slot"
-    body = client.get(html.unescape(slot[1])).content.decode()
+    body = client.get(html.unescape(slot[1]), **hx("fleet")).content.decode()
     rows = {}
     for row in FLEET_ROW.finditer(body):
         links = {
@@ -91,9 +92,22 @@ def test_a_single_gateway_overview_has_no_fleet_view(viewer_client):
     body = viewer_client.get("/").content.decode()
     assert re.search(r"Agent <a [^>]*><code>main</code></a>", body)  # the overview as before
     assert _fleet(viewer_client) == {}
-    assert viewer_client.get("/fleet/").content.decode().strip() == ""
+    assert viewer_client.get("/fleet/", **hx("fleet")).content.decode().strip() == ""
     # and no gateway select on its lists: there is nothing to choose
     assert 'name="gateway"' not in viewer_client.get("/receipts/").content.decode()
+
+
+def test_the_fleet_opened_directly_is_a_page_with_the_header_and_its_gateways(viewer_client):
+    """A bookmark or the header's "Gateways" link: the console's page around the fleet, the
+    single gateway of a first run listed too (the overview's htmx load still gets nothing)."""
+    make_receipt(session_key=KEY, status="checkpoint_failed")
+    body = viewer_client.get("/fleet/").content.decode()
+    assert "<!doctype html>" in body and '<nav aria-label="Main">' in body
+    assert re.search(r'<a href="/fleet/" aria-current="page">Gateways</a>', body)
+    assert set(FLEET_ROW_NAMES.findall(body)) == {"local"}
+    assert "1 gateway in one console" in body
+    # and every console page's header links to it
+    assert '<a href="/fleet/" >Gateways</a>' in viewer_client.get("/receipts/").content.decode()
 
 
 def test_every_fleet_count_links_to_exactly_the_rows_it_counts(viewer_client, two_gateways):
@@ -140,7 +154,8 @@ def test_a_scoped_overview_keeps_the_whole_fleet_and_marks_its_gateway(viewer_cl
     assert (
         "aria-current" in fleet["edge"]["attrs"] and "aria-current" not in fleet["local"]["attrs"]
     )
-    assert "show every gateway" in viewer_client.get("/fleet/?gateway=edge").content.decode()
+    scoped = viewer_client.get("/fleet/?gateway=edge", **hx("fleet")).content.decode()
+    assert "show every gateway" in scoped
     body = viewer_client.get("/?gateway=edge").content.decode()
     # the overview's own counts are edge's, and its status links stay in edge
     assert "?status=checkpoint_failed&amp;gateway=edge" in body
@@ -154,8 +169,14 @@ def test_the_fleet_view_costs_the_same_queries_for_ten_gateways(viewer_client, t
             assert viewer_client.get(url).status_code == 200
         return len(ctx.captured_queries)
 
+    def count_fragment(url: str) -> int:  # as the overview loads it
+        with CaptureQueriesContext(connection) as ctx:
+            assert viewer_client.get(url, **hx("fleet")).status_code == 200
+        return len(ctx.captured_queries)
+
     urls = ("/", "/?gateway=edge", "/fleet/", "/fleet/?gateway=edge")
     two = [count(url) for url in urls]
+    fragment = [count_fragment(url) for url in urls[2:]]
     for n in range(8):
         ensure_gateway(f"edge-{n}", opensquilla_version="0.5.3")
         _fill(f"edge-{n}", failed=1, queued=1, given_up=1)
@@ -163,6 +184,7 @@ def test_the_fleet_view_costs_the_same_queries_for_ten_gateways(viewer_client, t
     ten = [count(url) for url in urls]
     assert ten == two
     assert max(ten) <= 8
+    assert [count_fragment(url) for url in urls[2:]] == fragment
 
 
 # --- the gateway filter on every list --------------------------------------------------------

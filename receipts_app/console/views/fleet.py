@@ -1,7 +1,11 @@
 """The overview's fleet view, as its own fragment (loaded by the overview after it renders,
 like the time-at-risk panel), so the overview stays within its query budget whatever the
 fleet: this fragment reads the gateways, the counts and the mirror, three queries for any
-number of gateways."""
+number of gateways.
+
+Opened directly (not an htmx request: the "Gateways" link of the console's header, a
+bookmark), the same fragment comes inside the console's page, and lists the gateway of a
+single-gateway console too (the overview leaves that one out: its cards already are it)."""
 
 from __future__ import annotations
 
@@ -16,4 +20,6 @@ from ..helpers import VIEW_PERM, HtmxHttpRequest, console_view
 @require_GET
 @console_view(VIEW_PERM)
 def fleet(request: HtmxHttpRequest) -> HttpResponse:
-    return render(request, "console/_fleet.html", {"fleet": fleet_view()})
+    if request.htmx:
+        return render(request, "console/_fleet.html", {"fleet": fleet_view()})
+    return render(request, "console/fleet.html", {"fleet": fleet_view(), "whole_page": True})

@@ -30,6 +30,9 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
         "agent_counts": cs.counts_by("agent_id", rows),
         "health": health_by_agent(rows, count_checked=False),  # the page shows no count
         "failure_groups": cs.failure_groups(),
+        # Several gateways' rows on the page: every card and group names its gateway, `local`
+        # too (else two gateways' "main" read alike). From the counts read above: no query.
+        "show_gateway": len({row.gateway_id for row in rows}) > 1,
         "timeline": timeline,
         "bars": timeline.bars(),
         "ranges": list(cs.RANGES),

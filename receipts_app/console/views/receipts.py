@@ -55,6 +55,7 @@ from ..helpers import (
     render_page,
 )
 from ..helpers import console_view as _console_view
+from ..receipt_rows import present_rows, spans_gateways
 
 NEW_ROWS_CAP = 999
 LIST_TEMPLATE = "console/receipts.html"
@@ -111,7 +112,7 @@ def receipt_list(request: HtmxHttpRequest) -> HttpResponse:
         context.update(
             filter=receipt_filter,
             filter_pairs=_pairs(receipt_filter.to_params()),
-            rows=page.rows,
+            rows=present_rows(page.rows, show_gateway=spans_gateways(request, page.rows)),
             # The row button appears where the requeue rules would act (one query a page).
             requeueable=requeueable_receipt_ids(page.rows) if context["can_operate"] else set(),
             next_cursor=page.next_cursor,
@@ -226,7 +227,7 @@ def _after_action(
     context: dict = {"flash": message, "flash_ok": ok}
     if request.POST.get("fragment") == ROW_FRAGMENT:
         context.update(
-            row=receipt,
+            row=present_rows([receipt], show_gateway=spans_gateways(request, [receipt]))[0],
             can_operate=True,
             requeueable=requeueable_receipt_ids([receipt]),
             failure_statuses=FAILURE_STATUSES,

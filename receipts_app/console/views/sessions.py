@@ -17,6 +17,7 @@ from sessions_app.selectors import get_session_or_404, page_sessions, page_trans
 
 from .. import selectors as cs
 from ..helpers import HtmxHttpRequest, render_page
+from ..receipt_rows import spans_gateways
 
 VIEW_PERM = "sessions_app.view_session"
 TRANSCRIPT_PERM = "sessions_app.view_transcriptentry"
@@ -61,6 +62,7 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
         return _message(request, exc.message, 400, "Something needs fixing")
     context = {
         "rows": page.rows,
+        "show_gateway": spans_gateways(request, page.rows),
         "next_cursor": page.next_cursor,
         "q": search or "",
         "agent": agent or "",
