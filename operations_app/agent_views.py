@@ -30,7 +30,7 @@ from receipts_app.health import health_for
 from sessions_app.gateways import gateway_scope
 from sessions_app.keys import normalize_agent_id
 
-from .gateway_link.service import RepairRunRefused, run_gateway_repairs
+from .gateway_link.service import RepairRunRefused, check_can_run_repairs, run_gateway_repairs
 from .gateway_link.views import agent_link_views
 
 
@@ -68,6 +68,14 @@ def agent_gateway_repairs(request: HtmxHttpRequest, agent_id: str) -> HttpRespon
     if name is None:
         return render_error(request, "Name the gateway (?gateway=NAME).", status=400)
     try:
+        check_can_run_repairs(name)
+        if request.POST.get("confirm") != "yes":
+            # The gateway writes into its own workspace: the first post asks, the second runs.
+            return render_page(
+                request,
+                "console/gateway_repairs_confirm.html",
+                {"gateway": name, "agent_id": agent},
+            )
         outcome = run_gateway_repairs(name, agent, actor=console_actor(request))
     except KeyError:
         return render_error(request, f"Gateway not found: {name}", status=404, title="Not found")

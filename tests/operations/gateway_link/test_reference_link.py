@@ -90,6 +90,7 @@ def test_the_console_shows_the_real_gateways_view_the_gap_and_the_repair_run(
 
     ran = admin.post(
         reverse("agents:gateway_repairs", args=["main"]) + f"?gateway={NAME}",
+        {"confirm": "yes"},
         follow=True,
     )
 
