@@ -23,10 +23,11 @@ from opensquilla_site.limits import BULK_MAX_BODY_BYTES, body_limit
 from opensquilla_site.pagination import keyset_page
 from opensquilla_site.schemas import AUTH_ERRORS, READ_ERRORS, WRITE_ERRORS, errors
 from opensquilla_site.timeutil import now_ms
+from sessions_app.gateways import known_gateway
 from sessions_app.keys import canonicalize_session_key, normalize_agent_id
 from sessions_app.selectors import get_session_or_404
 
-from . import gateways, health, ledger, requeue, services
+from . import gateways, handover, health, ledger, requeue, services
 from .audit import Actor, acting_as
 from .mirror.state import mirror_states
 from .models import MemoryDurableReceipt, ReceiptEvent, RequeuePlan
@@ -38,6 +39,7 @@ from .schemas import (
     CheckpointIn,
     CoverageOut,
     FlushOut,
+    GatewayArchivesOut,
     GatewayListOut,
     HealthListOut,
     HealthOut,
@@ -348,6 +350,27 @@ def list_gateways(request: HttpRequest) -> dict[str, Any]:
     version and schema last seen, mirror state, and at-risk counts with the filter that lists
     each (docs/API.md, "Gateways")."""
     return {"items": gateways.fleet()}
+
+
+@gateways_router.get(
+    "/{name}/archives",
+    response={200: GatewayArchivesOut, **errors(*AUTH_ERRORS, 404, 422)},
+    auth=READ,
+    operation_id="list_gateway_archives",
+)
+def list_gateway_archives(request: HttpRequest, name: str) -> dict[str, Any]:
+    """The raw-fallback archives gateway ``name`` left undistilled when its upgrade to 0.5.5+
+    retired its repair pipeline, per agent, and who repairs its rows now (docs/API.md,
+    "Gateways")."""
+    gateway = known_gateway(name)  # 422 for a name that is not a slug, 404 for none
+    repairs = handover.repairs_of(gateway)
+    return {
+        "gateway": gateway.name,
+        "repairs": repairs,
+        "repairs_label": handover.REPAIRS_LABELS[repairs],
+        "ledger_retired_at": gateway.ledger_retired_at,
+        "agents": [group.to_dict() for group in handover.undistilled_archives(gateway.name)],
+    }
 
 
 # --- receipt-backed session routes ----------------------------------------------------------

@@ -456,7 +456,38 @@ class GatewayOut(Schema):
     receipts: int
     at_risk: GatewayAtRiskOut
     mirror: list[MirrorStateOut]
+    # Who repairs its rows: "gateway" (its own loop) or "console" (handed to this console).
+    repairs: str
+    repairs_label: str
+    # When its ledger was first seen retired by its upgrade to 0.5.5+ (V044), and how many
+    # receipts that retired; None / 0 before.
+    ledger_retired_at: int | None
+    retired_receipts: int
 
 
 class GatewayListOut(Schema):
     items: list[GatewayOut]
+
+
+class ArchiveOut(Schema):
+    path: str
+    reason: str
+    newest_at: int
+    receipt_ids: list[str]
+    # The status of a repair row of ours for it, once this console repairs the gateway.
+    queued_here: str | None
+
+
+class AgentArchivesOut(Schema):
+    gateway: str
+    agent_id: str
+    count: int
+    archives: list[ArchiveOut]
+
+
+class GatewayArchivesOut(Schema):
+    gateway: str
+    repairs: str
+    repairs_label: str
+    ledger_retired_at: int | None
+    agents: list[AgentArchivesOut]

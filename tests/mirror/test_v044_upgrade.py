@@ -13,6 +13,7 @@ import shutil
 import sqlite3
 
 import pytest
+from django.urls import reverse
 
 from receipts_app import handover
 from receipts_app.counts import per_status, receipt_counts
@@ -24,6 +25,7 @@ from receipts_app.mirror.models import MirroredReceipt
 from receipts_app.models import MemoryDurableReceipt, ReceiptEvent
 from receipts_app.statuses import AT_RISK_STATUSES, REPAIR_QUEUE_STATUSES, RETIRED_UPSTREAM
 from sessions_app.gateways import Gateway, using_gateway
+from tests.console.conftest import _client_for
 
 from .opensquilla_source import FakeGateway
 from .v044 import apply_v044
@@ -179,6 +181,17 @@ def test_a_gateway_followed_through_its_upgrade_keeps_its_history_labelled_retir
         [rows["pending"]["receipt_id"], rows["preimage"]["receipt_id"]]
     )
     assert first.reason == "provider_failed_archived"
+
+    # what an operator sees: the receipt labelled retired, the gateway's undistilled archives
+    viewer = _client_for("viewer", "vera")
+    page = viewer.get(
+        reverse("receipts:detail", args=[rows["pending"]["receipt_id"]]) + "?gateway=c"
+    ).content.decode()
+    assert 'data-upstream="retired"' in page
+    assert "Retired by the gateway's upgrade to 0.5.5+" in page and "gone upstream" not in page
+    repairs_page = viewer.get(reverse("receipts:gateway_repairs", args=["c"])).content.decode()
+    assert f'data-path="{ARCHIVE}"' in repairs_page and f'data-path="{GIVEN_UP}"' in repairs_page
+    assert f'data-path="{DISTILLED}"' not in repairs_page
 
     # another pass changes nothing more
     follower.poll()
