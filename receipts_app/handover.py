@@ -185,7 +185,7 @@ def undistilled_archives(gateway: str | None = None) -> list[AgentArchives]:
             "gateway_id", "source_path", "target_path", "status"
         ):
             for path in (source_path, target_path):
-                if (gw, path) not in found:
+                if path is None or (gw, path) not in found:
                     continue
                 if status == REPAIR_DONE:
                     done.add((gw, path))

@@ -546,10 +546,14 @@ def _archive_referenced(path: str, *, session_key_prefix: str | None) -> bool:
     """A row of the current gateway names the archive, other than one its upgrade to 0.5.5+
     retired (upstream's pipeline that would have distilled it is gone, so a handed-over
     gateway's archive is imported as a legacy row of ours instead)."""
-    qs = MemoryDurableReceipt.objects.here().filter(Q(source_path=path) | Q(target_path=path))
+    qs = (
+        MemoryDurableReceipt.objects.here()
+        .filter(Q(source_path=path) | Q(target_path=path))
+        .exclude(retired_q())
+    )
     if session_key_prefix:
-        qs = ledger.literal_prefix(qs, "session_key", session_key_prefix)
-    return qs.exclude(retired_q()).exists()
+        return ledger.literal_prefix(qs, "session_key", session_key_prefix).exists()
+    return qs.exists()
 
 
 # Duplicates in these statuses are left: one is being repaired right now (the next run takes

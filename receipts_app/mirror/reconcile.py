@@ -63,10 +63,11 @@ def reconcile(*, source_id: int, db: SourceDatabase, owner: str, lease_ms: int) 
             (MirroredSession, "session_key", upstream_sessions),
             (MirroredReceipt, "idempotency_key", upstream_receipts),
         ):
-            qs = model.objects.filter(source=src)
-            if model is MirroredReceipt:
-                qs = qs.filter(retired_at__isnull=True)  # retired stays retired
-            rows = qs.values_list(key_field, "gone_at")
+            # A retired receipt stays retired (V044 deleted it for good).
+            retired_kept = {"retired_at__isnull": True} if model is MirroredReceipt else {}
+            rows = model.objects.filter(source=src, **retired_kept).values_list(
+                key_field, "gone_at"
+            )
             gone = sorted(key for key, gone_at in rows if gone_at is None and key not in upstream)
             back = sorted(key for key, gone_at in rows if gone_at is not None and key in upstream)
             if model is MirroredReceipt and retired_ledger:
