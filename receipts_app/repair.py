@@ -952,7 +952,7 @@ def _brief(result: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_repair_tick(*, now_ms: int | None = None) -> dict[str, Any]:
+def run_repair_tick(*, now_ms: int | None = None, asked: bool = False) -> dict[str, Any]:
     """The beat task's body (the central tick): recover stale claims of every gateway once
     (a database-only step), then the repair pass of the gateway this worker serves (``local``
     on the central worker). Another gateway's rows are repaired by its own worker's tick
@@ -961,10 +961,14 @@ def run_repair_tick(*, now_ms: int | None = None) -> dict[str, Any]:
 
     Returns a small JSON-able summary (it becomes the Celery result): how many claims were
     recovered, which agents were scanned, and one line per processed row.
+
+    ``asked``: an operator asked for this pass (``manage.py repair_once``), so it runs even
+    where the gateway repairs its own rows; the legacy archive import still waits for the
+    handover (docs/MIRROR.md, "Nothing done to a gateway unasked").
     """
     with audit.acting_as(audit.WORKER):
         recovered = recover_stale_repair_claims(now_ms)
-    return _repair_pass(served_gateway(), now_ms=now_ms, recovered=recovered)
+    return _repair_pass(served_gateway(), now_ms=now_ms, recovered=recovered, asked=asked)
 
 
 def run_gateway_repair_tick(gateway: str, *, now_ms: int | None = None) -> dict[str, Any]:
@@ -1001,8 +1005,10 @@ def queue_gateway_ticks() -> list[str]:
     return queued
 
 
-def _repair_pass(gateway: str, *, now_ms: int | None, recovered: int) -> dict[str, Any]:
-    if not repairs_handed_over(gateway):
+def _repair_pass(
+    gateway: str, *, now_ms: int | None, recovered: int, asked: bool = False
+) -> dict[str, Any]:
+    if not asked and not repairs_handed_over(gateway):
         # Checked again where the pass runs: a tick queued before the handover was withdrawn,
         # or the central tick of a ``local`` whose repairs an admin gave back to its gateway.
         logger.info("memory_repair.tick skipped: gateway %s repairs its own rows", gateway)

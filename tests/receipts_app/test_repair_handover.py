@@ -114,3 +114,25 @@ def test_the_handover_is_recorded_and_checked():
         handover.set_repairs("b", "everyone", actor=ADA)
     with pytest.raises(KeyError):
         handover.set_repairs("nope", "console", actor=ADA)
+
+
+def test_an_operator_running_repair_once_is_asking(monkeypatch, repairs_seen, tmp_path):
+    """``manage.py repair_once`` on b's host repairs b's due rows though b repairs its own:
+    an operator asked. Its archives still wait for the handover."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    ensure_gateway("b")
+    with using_gateway("b"):
+        due = repair_row("repair_pending", attempt_count=1)
+    raw = tmp_path / "memory" / ".raw_fallbacks"
+    raw.mkdir(parents=True)
+    (raw / "2026-09-01-agent-main-webchat-s1-timeout-0123456789abcdef.md").write_text("user: hi\n")
+    monkeypatch.setattr(repair, "memory_workspace_for_agent", lambda _agent: tmp_path)
+    _on_worker_of(monkeypatch, "b")
+    call_command("repair_once", "--json", stdout=StringIO())
+    assert repairs_seen == [due.receipt_id]
+    assert not MemoryDurableReceipt.objects.filter(
+        gateway_id="b", idempotency_key__startswith="repair-legacy-raw:"
+    ).exists()
