@@ -244,3 +244,45 @@ def test_the_0_3_0_golden_ledger_upgraded_by_v044_reads_retired_and_imports(gold
     assert report.source_schema.endswith("ledger retired (V044)")
     assert Gateway.objects.get(name="golden").ledger_retired_at is not None
     assert MemoryDurableReceipt.objects.filter(gateway_id="golden").count() == 11
+
+
+def test_handed_over_its_undistilled_archives_become_repairs_of_ours(
+    upstream, tmp_path, monkeypatch
+):
+    """After the upgrade nothing upstream distills an archive; once an admin hands the
+    gateway's repairs to this console, its worker imports each as a legacy row of ours (a
+    retired row naming the archive does not count as a reference) and the list shows it
+    queued here."""
+    from receipts_app import repair
+    from receipts_app.audit import Actor
+
+    _ledger_before_upgrade(upstream)
+    follower = _follower(upstream)
+    follower.poll()
+    apply_v044(upstream.path)
+    follower.poll()
+    follower.poll()
+    memory = tmp_path / "workspace"
+    raw = memory / "memory" / ".raw_fallbacks"
+    raw.mkdir(parents=True)
+    (memory / ARCHIVE).write_text("# Raw flush (timeout)\n\nuser: remember this\n")
+    monkeypatch.setattr(repair, "memory_workspace_for_agent", lambda _agent: memory)
+    monkeypatch.setattr(
+        repair, "repair_durable_receipt_source", lambda row, **_kw: {"status": "skipped"}
+    )
+    monkeypatch.setattr("django.conf.settings.OPENSQUILLA_GATEWAY", "c")
+
+    assert repair.run_gateway_repair_tick("c")["skipped"] == "repairs_are_the_gateways_own"
+    assert not MemoryDurableReceipt.objects.filter(
+        gateway_id="c", idempotency_key__startswith="repair-legacy-raw:"
+    ).exists()
+
+    handover.set_repairs("c", "console", actor=Actor("ada", "console"))
+    repair.run_gateway_repair_tick("c")
+    [legacy] = MemoryDurableReceipt.objects.filter(
+        gateway_id="c", idempotency_key__startswith="repair-legacy-raw:"
+    )
+    assert (legacy.source_path, legacy.status) == (ARCHIVE, "repair_pending")
+    [group] = handover.undistilled_archives("c")
+    queued = {a.path: a.queued_here for a in group.archives}
+    assert queued == {ARCHIVE: "repair_pending", GIVEN_UP: ""}
