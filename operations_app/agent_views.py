@@ -31,7 +31,7 @@ from receipts_app.health import health_for
 from sessions_app.gateways import gateway_scope
 from sessions_app.keys import normalize_agent_id
 
-from .gateway_link.service import RepairRunRefused, request_gateway_repairs
+from .gateway_link.service import RepairRunRefused, check_can_run_repairs, request_gateway_repairs
 from .gateway_link.views import agent_link_views
 
 
@@ -71,6 +71,14 @@ def agent_gateway_repairs(request: HtmxHttpRequest, agent_id: str) -> HttpRespon
     if name is None:
         return render_error(request, "Name the gateway (?gateway=NAME).", status=400)
     try:
+        check_can_run_repairs(name)
+        if request.POST.get("confirm") != "yes":
+            # The gateway writes into its own workspace: the first post asks, the second runs.
+            return render_page(
+                request,
+                "console/gateway_repairs_confirm.html",
+                {"gateway": name, "agent_id": agent},
+            )
         # Queued, never called here: a gateway that hangs must not hold a web worker.
         queued = request_gateway_repairs(name, agent, actor=console_actor(request))
     except KeyError:

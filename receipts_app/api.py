@@ -24,10 +24,11 @@ from opensquilla_site.pagination import keyset_page
 from opensquilla_site.schemas import AUTH_ERRORS, READ_ERRORS, WRITE_ERRORS, errors
 from opensquilla_site.timeutil import now_ms
 from opensquilla_site.tokens import scope_allows
+from sessions_app.gateways import known_gateway
 from sessions_app.keys import canonicalize_session_key, normalize_agent_id
 from sessions_app.selectors import get_session_or_404
 
-from . import gateways, health, ledger, requeue, restore, services
+from . import gateways, handover, health, ledger, requeue, restore, services
 from .audit import Actor, acting_as
 from .mirror.exposure import fleet_for_viewer, mirror_for_viewer
 from .mirror.state import mirror_states
@@ -42,6 +43,7 @@ from .schemas import (
     CheckpointReadbackOut,
     CoverageOut,
     FlushOut,
+    GatewayArchivesOut,
     GatewayListOut,
     HealthListOut,
     HealthOut,
@@ -472,6 +474,27 @@ def _shown(request: HttpRequest, rows: Any, for_viewer: Any) -> Any:
     """``rows`` as the caller may read them: a ``read``-scope caller (a viewer) gets no
     paths, follower hosts or raw errors (receipts_app/mirror/exposure.py)."""
     return rows if scope_allows(principal(request).scope, "operate") else for_viewer(rows)
+
+
+@gateways_router.get(
+    "/{name}/archives",
+    response={200: GatewayArchivesOut, **errors(*AUTH_ERRORS, 404, 422)},
+    auth=READ,
+    operation_id="list_gateway_archives",
+)
+def list_gateway_archives(request: HttpRequest, name: str) -> dict[str, Any]:
+    """The raw-fallback archives gateway ``name`` left undistilled when its upgrade to 0.5.5+
+    retired its repair pipeline, per agent, and who repairs its rows now (docs/API.md,
+    "Gateways")."""
+    gateway = known_gateway(name)  # 422 for a name that is not a slug, 404 for none
+    repairs = handover.repairs_of(gateway)
+    return {
+        "gateway": gateway.name,
+        "repairs": repairs,
+        "repairs_label": handover.REPAIRS_LABELS[repairs],
+        "ledger_retired_at": gateway.ledger_retired_at,
+        "agents": [group.to_dict() for group in handover.undistilled_archives(gateway.name)],
+    }
 
 
 # --- receipt-backed session routes ----------------------------------------------------------

@@ -7,8 +7,10 @@ alerts count it, memory safety errors, the repair backlog, repairs given up), ea
 ``ReceiptFilter`` params that list exactly the rows it counts, and its mirror in one line (the
 worst state of its followed sources and their largest lag). The counts come from the counts
 table (one read for every gateway) and the mirror's state from its one reader, so the cost
-grows neither with the ledger nor with the fleet: three queries, or one when the caller has
-read the counts and the mirror already. The console's fleet view (the overview) and
+grows neither with the ledger nor with the fleet: four queries, or two when the caller has
+read the counts and the mirror already. Each gateway also says who repairs its rows
+(``repairs``: ``gateway`` or ``console``, ``receipts_app.handover``) and, once its ledger was
+retired by its upgrade to 0.5.5+, when that was seen and how many receipts it retired. The console's fleet view (the overview) and
 ``GET /api/v1/gateways`` both read :func:`fleet`.
 """
 
@@ -20,6 +22,7 @@ from typing import Any
 from sessions_app.gateways import Gateway, gateway_scope
 
 from .counts import CountRow, per_status, receipt_counts
+from .handover import REPAIRS_LABELS, repairs_of, retired_counts
 from .mirror.state import FAILING, HEALTHY_STATUSES, IMPORTING, OK, STOPPED, WARNING, mirror_states
 from .selectors import ReceiptFilter
 from .statuses import (
@@ -81,6 +84,7 @@ def fleet(
     states_of: dict[str, list[dict[str, Any]]] = {}
     for state in states:
         states_of.setdefault(state["gateway"], []).append(state)
+    retired = retired_counts()
     for gateway in gateways.order_by("name"):
         mine = rows_of.get(gateway.name, [])
         at_risk = {}
@@ -105,6 +109,12 @@ def fleet(
                 "state_label": LABELS[own],
                 "mirror": followed,
                 "mirror_summary": mirror_summary(followed),
+                # Who repairs its rows (docs/MIRROR.md, "Nothing done to a gateway unasked").
+                "repairs": repairs_of(gateway),
+                "repairs_label": REPAIRS_LABELS[repairs_of(gateway)],
+                # Its upgrade to 0.5.5+ retired its flush and repair rows (V044).
+                "ledger_retired_at": gateway.ledger_retired_at,
+                "retired_receipts": retired.get(gateway.name, 0),
             }
         )
     return out

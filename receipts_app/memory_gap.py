@@ -19,12 +19,14 @@ GAP_SIDES = ("gateway", "here")
 
 
 def _mirrored() -> QuerySet:
-    """The mirror's copy of the outer receipt (same gateway and key, not gone upstream)."""
+    """The mirror's copy of the outer receipt (same gateway and key, neither gone upstream nor
+    retired by the gateway's upgrade)."""
     mirrored = apps.get_model("mirror", "MirroredReceipt")
     return mirrored.objects.filter(
         source__gateway_id=OuterRef("gateway_id"),
         idempotency_key=OuterRef("idempotency_key"),
         gone_at__isnull=True,
+        retired_at__isnull=True,
     )
 
 

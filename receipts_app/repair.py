@@ -44,6 +44,8 @@ from sessions_app.gateways import (
     check_served,
     gateway_queue,
     live_queue_consumers,
+    repairs_handed_over,
+    repairs_here_q,
     served_gateway,
     using_gateway,
 )
@@ -65,6 +67,7 @@ from .flush_runtime import (
     memory_workspace_template,
 )
 from .models import MemoryDurableReceipt
+from .retired import retired_q
 from .statuses import (
     REPAIR_ABANDONED,
     REPAIR_DONE,
@@ -139,9 +142,12 @@ def mark_repair_attempt_done(claimed: MemoryDurableReceipt) -> MemoryDurableRece
 
 
 def recover_stale_repair_claims(now_ms: int | None = None) -> int:
-    """Return claims untouched for 30 minutes to the queue (due again in 5 minutes)."""
+    """Return claims untouched for 30 minutes to the queue (due again in 5 minutes), of the
+    gateways whose repairs are this console's: a ``repair_running`` row of any other gateway
+    is the gateway's own repair at work, which is not ours to reset."""
     now = wall_clock_ms() if now_ms is None else now_ms
     return ledger.recover_stale_memory_repair_claims(
+        gateways=Gateway.objects.filter(repairs_here_q()).values_list("name", flat=True),
         running_status=REPAIR_RUNNING,
         pending_status=REPAIR_PENDING,
         stale_before_ms=now - STALE_CLAIM_MS,
@@ -511,7 +517,7 @@ def import_legacy_raw_fallback_receipts(
         rel = f"{RAW_FALLBACK_DIR}/{file_path.name}"
         if read_sidecar_status(file_path) == "repaired":
             continue
-        if ledger.memory_durable_receipt_exists_for_path(rel, session_key_prefix=prefix):
+        if _archive_referenced(rel, session_key_prefix=prefix):
             continue
         try:
             stat = file_path.stat()
@@ -534,6 +540,20 @@ def import_legacy_raw_fallback_receipts(
         )
         imported += 1
     return imported
+
+
+def _archive_referenced(path: str, *, session_key_prefix: str | None) -> bool:
+    """A row of the current gateway names the archive, other than one its upgrade to 0.5.5+
+    retired (upstream's pipeline that would have distilled it is gone, so a handed-over
+    gateway's archive is imported as a legacy row of ours instead)."""
+    qs = (
+        MemoryDurableReceipt.objects.here()
+        .filter(Q(source_path=path) | Q(target_path=path))
+        .exclude(retired_q())
+    )
+    if session_key_prefix:
+        return ledger.literal_prefix(qs, "session_key", session_key_prefix).exists()
+    return qs.exists()
 
 
 # Duplicates in these statuses are left: one is being repaired right now (the next run takes
@@ -825,7 +845,9 @@ def run_memory_repair_once(
                 flush_service=flush_service,
             )
             limit -= len(summary_results)
-        if import_legacy and root is not None:
+        # Archives become rows of ours only where this console repairs (docs/MIRROR.md,
+        # "Nothing done to a gateway unasked"): elsewhere the gateway's own loop imports them.
+        if import_legacy and root is not None and repairs_handed_over(served_gateway()):
             import_legacy_raw_fallback_receipts(agent, root, agents=known_agents)
         if recover_stale:
             recover_stale_repair_claims(now_ms)
@@ -930,7 +952,7 @@ def _brief(result: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_repair_tick(*, now_ms: int | None = None) -> dict[str, Any]:
+def run_repair_tick(*, now_ms: int | None = None, asked: bool = False) -> dict[str, Any]:
     """The beat task's body (the central tick): recover stale claims of every gateway once
     (a database-only step), then the repair pass of the gateway this worker serves (``local``
     on the central worker). Another gateway's rows are repaired by its own worker's tick
@@ -939,10 +961,14 @@ def run_repair_tick(*, now_ms: int | None = None) -> dict[str, Any]:
 
     Returns a small JSON-able summary (it becomes the Celery result): how many claims were
     recovered, which agents were scanned, and one line per processed row.
+
+    ``asked``: an operator asked for this pass (``manage.py repair_once``), so it runs even
+    where the gateway repairs its own rows; the legacy archive import still waits for the
+    handover (docs/MIRROR.md, "Nothing done to a gateway unasked").
     """
     with audit.acting_as(audit.WORKER):
         recovered = recover_stale_repair_claims(now_ms)
-    return _repair_pass(served_gateway(), now_ms=now_ms, recovered=recovered)
+    return _repair_pass(served_gateway(), now_ms=now_ms, recovered=recovered, asked=asked)
 
 
 def run_gateway_repair_tick(gateway: str, *, now_ms: int | None = None) -> dict[str, Any]:
@@ -954,11 +980,16 @@ def run_gateway_repair_tick(gateway: str, *, now_ms: int | None = None) -> dict[
 
 
 def queue_gateway_ticks() -> list[str]:
-    """Queue the repair pass of every gateway other than ``local`` to its own worker; returns
-    the gateways queued. A gateway with no live worker on its queue is skipped (nothing would
+    """Queue the repair pass of every gateway other than ``local`` whose repairs were handed
+    to this console to its own worker; returns the gateways queued. A gateway that runs its own
+    repair loop gets none (docs/MIRROR.md, "Nothing done to a gateway unasked"). A gateway with no live worker on its queue is skipped (nothing would
     run it; its rows stay due, and the liveness page says so), and so is one whose last tick
     is still in the outbox, so a dead worker never piles ticks up."""
-    names = list(Gateway.objects.exclude(name=DEFAULT_GATEWAY).values_list("name", flat=True))
+    names = list(
+        Gateway.objects.filter(repairs_here_q())
+        .exclude(name=DEFAULT_GATEWAY)
+        .values_list("name", flat=True)
+    )
     if not names:
         return []
     consumers = live_queue_consumers()
@@ -974,7 +1005,21 @@ def queue_gateway_ticks() -> list[str]:
     return queued
 
 
-def _repair_pass(gateway: str, *, now_ms: int | None, recovered: int) -> dict[str, Any]:
+def _repair_pass(
+    gateway: str, *, now_ms: int | None, recovered: int, asked: bool = False
+) -> dict[str, Any]:
+    if not asked and not repairs_handed_over(gateway):
+        # Checked again where the pass runs: a tick queued before the handover was withdrawn,
+        # or the central tick of a ``local`` whose repairs an admin gave back to its gateway.
+        logger.info("memory_repair.tick skipped: gateway %s repairs its own rows", gateway)
+        return {
+            "gateway": gateway,
+            "recovered": recovered,
+            "skipped": "repairs_are_the_gateways_own",
+            "agents": [],
+            "processed": [],
+            "counts": {},
+        }
     limit = max(1, int(getattr(settings, "OPENSQUILLA_REPAIR_MAX_ITEMS_PER_TICK", 5) or 5))
     with audit.acting_as(audit.WORKER), using_gateway(gateway):
         agents = repair_agent_ids()

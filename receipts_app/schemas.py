@@ -476,6 +476,13 @@ class GatewayOut(Schema):
     state_label: str
     mirror: list[MirrorStateOut]
     mirror_summary: MirrorSummaryOut
+    # Who repairs its rows: "gateway" (its own loop) or "console" (handed to this console).
+    repairs: str
+    repairs_label: str
+    # When its ledger was first seen retired by its upgrade to 0.5.5+ (V044), and how many
+    # receipts that retired; None / 0 before.
+    ledger_retired_at: int | None
+    retired_receipts: int
 
 
 class GatewayListOut(Schema):
@@ -588,3 +595,27 @@ class CheckpointReadbackOut(Schema):
 class CheckpointPageQuery(Schema):
     offset: int = Field(0, ge=0, description="entries to skip")
     limit: int = Field(100, ge=1, le=500, description="entries with their text")
+
+
+class ArchiveOut(Schema):
+    path: str
+    reason: str
+    newest_at: int
+    receipt_ids: list[str]
+    # The status of a repair row of ours for it, once this console repairs the gateway.
+    queued_here: str | None
+
+
+class AgentArchivesOut(Schema):
+    gateway: str
+    agent_id: str
+    count: int
+    archives: list[ArchiveOut]
+
+
+class GatewayArchivesOut(Schema):
+    gateway: str
+    repairs: str
+    repairs_label: str
+    ledger_retired_at: int | None
+    agents: list[AgentArchivesOut]

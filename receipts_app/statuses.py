@@ -30,6 +30,10 @@ CHECKPOINT_REQUEUED = "checkpoint_requeued"
 CHECKPOINT_RECOVERED = "checkpoint_recovered"
 CHECKPOINT_SUPERSEDED = "checkpoint_superseded"
 ACKNOWLEDGED = "acknowledged"
+# An open flush, pre-image or repair row that its gateway's upgrade to 0.5.5+ deleted upstream
+# (migration V044 retires the flush and repair pipelines): kept here with its history, no
+# longer anyone's backlog or at risk (docs/STATUSES.md, docs/MIRROR.md).
+RETIRED_UPSTREAM = "retired_upstream"
 
 # --- groups -----------------------------------------------------------------------------------
 # The order of the console's status tabs: what needs an operator first.
@@ -47,12 +51,15 @@ KNOWN_STATUSES: tuple[str, ...] = (
     CHECKPOINT_RECOVERED,
     CHECKPOINT_SUPERSEDED,
     ACKNOWLEDGED,
+    RETIRED_UPSTREAM,
     DISTILL_FAILED,
     FLUSH_FAILED,
     RECEIPT_ORPHANED,
     HASH_MISMATCH,
 )
 KNOWN_SCOPES: tuple[str, ...] = ("checkpoint", "preimage", "flush", "repair")
+# The scopes upstream's V044 (0.5.5) deletes from a gateway's ledger.
+RETIRED_SCOPES: tuple[str, ...] = ("flush", "preimage", "repair")
 
 # Failures no worker will retry by itself: they wait for an operator to requeue or acknowledge.
 FAILURE_STATUSES: tuple[str, ...] = (

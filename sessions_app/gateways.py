@@ -195,6 +195,46 @@ def default_token_env(name: str) -> str:
     return "OPENSQUILLA_GATEWAY_TOKEN_" + re.sub(r"[^A-Z0-9_]", "_", name.upper())
 
 
+# --- who repairs its rows ---------------------------------------------------------------------
+#
+# A gateway before 0.5.5 runs its own repair loop on its workspace: a second repairer (our
+# worker) on the same files retries rows the gateway is retrying, writes sidecars it did not
+# ask for and makes our copy of a row disagree with its own. So this console writes into a
+# gateway's workspace only when an operator asks (a requeue, a plan, "checkpoint now", "flush
+# now", "run due repairs") or once the gateway's repairs were handed to it: its periodic
+# repair pass (and the legacy raw-fallback import) runs for those gateways only. ``local``'s
+# repairs are this console's by default (rows written here, the README's single gateway);
+# every other gateway's are its own until an admin hands them over (audited).
+
+REPAIRS_GATEWAY = "gateway"
+REPAIRS_CONSOLE = "console"
+REPAIRS_CHOICES = (
+    ("", "by default (local: this console; any other gateway: its own)"),
+    (REPAIRS_GATEWAY, "the gateway's own"),
+    (REPAIRS_CONSOLE, "this console"),
+)
+
+
+def repairs_are_ours(name: str, repairs: str) -> bool:
+    """Whether this console repairs gateway ``name``'s rows, given its ``repairs`` setting."""
+    if repairs:
+        return repairs == REPAIRS_CONSOLE
+    return name == DEFAULT_GATEWAY
+
+
+def repairs_here_q() -> models.Q:
+    """The gateways whose repairs are this console's, as a filter on ``Gateway``."""
+    return models.Q(repairs=REPAIRS_CONSOLE) | models.Q(repairs="", name=DEFAULT_GATEWAY)
+
+
+def repairs_handed_over(name: str | None) -> bool:
+    """Whether this console's periodic repair pass may touch gateway ``name``'s workspace
+    (``local`` when None; a gateway with no row yet reads as its default)."""
+    wanted = name or DEFAULT_GATEWAY
+    repairs = Gateway.objects.filter(name=wanted).values_list("repairs", flat=True).first()
+    return repairs_are_ours(wanted, repairs or "")
+
+
 # --- the model ------------------------------------------------------------------------------
 
 
@@ -212,6 +252,12 @@ class Gateway(models.Model):
     schema_version = models.CharField(max_length=200, blank=True, default="")
     last_seen_at = models.BigIntegerField(null=True, blank=True)
     created_at = models.BigIntegerField(default=now_ms)
+    # Who repairs its rows (above): "" its default, or explicitly handed over. Changed only
+    # through ``receipts_app.handover.set_repairs`` (admins, audited).
+    repairs = models.CharField(max_length=16, blank=True, default="", choices=REPAIRS_CHOICES)
+    # When its ledger was first seen retired (0.5.5's V044: no flush or repair pipeline left
+    # upstream); None while it still has one.
+    ledger_retired_at = models.BigIntegerField(null=True, blank=True)
     # The gateway link (docs/MIRROR.md#gateway-link): the gateway's own RPC, read on a
     # schedule. Empty: not linked. The token is never stored: only the name of the
     # environment variable that holds it (empty: OPENSQUILLA_GATEWAY_TOKEN_<NAME>).
@@ -243,6 +289,15 @@ class Gateway(models.Model):
     @property
     def label(self) -> str:
         return self.display_name or self.name
+
+    @property
+    def repairs_here(self) -> bool:
+        """This console repairs its rows (its periodic pass writes into its workspace)."""
+        return repairs_are_ours(self.name, self.repairs)
+
+    @property
+    def repairs_label(self) -> str:
+        return "this console" if self.repairs_here else "the gateway's own"
 
     @property
     def token_env_name(self) -> str:

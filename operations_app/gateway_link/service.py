@@ -36,7 +36,9 @@ from sessions_app.keys import normalize_agent_id
 from sessions_app.link_policy import address_refusal
 
 from ..models import GatewayLink, GatewayMemoryVerdict
+from .capabilities import unanswered_methods
 from .client import DEFAULT_TIMEOUT, read_memory_status, run_due_repairs
+from .client import REPAIR_RUN as REPAIR_RUN_METHOD
 from .config import LinkConfigError, apply_configured_links
 from .states import LinkAnswer, LinkFailure, LinkState, MemoryVerdict
 
@@ -243,6 +245,14 @@ def check_can_run_repairs(gateway_name: str) -> tuple[Gateway, GatewayLink]:
     link = GatewayLink.objects.filter(gateway=gateway).first()
     if not gateway.rpc_address or link is None:
         raise RepairRunRefused(f"gateway {gateway.name} is not linked (no RPC address read yet)")
+    gone = unanswered_methods(
+        link.server_version, ledger_retired=gateway.ledger_retired_at is not None
+    )
+    if REPAIR_RUN_METHOD in gone:
+        raise RepairRunRefused(
+            f"gateway {gateway.name} no longer answers {REPAIR_RUN_METHOD}: its upgrade to "
+            "OpenSquilla 0.5.5+ removed the repair pipeline"
+        )
     if not link.can_run_repairs:
         raise RepairRunRefused(
             f"gateway {gateway.name} does not offer memory.repair.run to this token "

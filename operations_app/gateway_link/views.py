@@ -35,6 +35,8 @@ from receipts_app.verdict import LABELS, State, Verdict, state_of
 from sessions_app.gateways import gateway_scope
 
 from ..models import GatewayLink, GatewayMemoryVerdict
+from .capabilities import unanswered_methods
+from .client import REPAIR_RUN
 from .states import STATE_MESSAGES, LinkState, reachability
 
 IN_STEP = "in_step"
@@ -130,6 +132,19 @@ class AgentLinkView:
         return duration_text(max(0, self.now - self.verdict.answered_at) / 1000)
 
     @property
+    def unanswered(self) -> tuple[str, ...]:
+        """The RPCs the gateway's version no longer answers (``capabilities``)."""
+        gateway = self.link.gateway
+        return unanswered_methods(
+            self.link.server_version, ledger_retired=gateway.ledger_retired_at is not None
+        )
+
+    @property
+    def can_run_repairs(self) -> bool:
+        """The repair button's condition: the link allows a run and the RPC still exists."""
+        return self.link.can_run_repairs and REPAIR_RUN not in self.unanswered
+
+    @property
     def state_message(self) -> str:
         return self.verdict.message or STATE_MESSAGES.get(LinkState(self.verdict.state), "")
 
@@ -169,7 +184,8 @@ def agent_link_views(
     gateway an edge chose or all of them: the verdicts with their links (one query), then,
     when there are any, our counts (unless the caller read them: ``counts``) and the gap."""
     scope = gateway_scope()
-    verdicts = GatewayMemoryVerdict.objects.select_related("gateway")
+    # The link and its gateway (what version it runs, whether its ledger is retired): one query.
+    verdicts = GatewayMemoryVerdict.objects.select_related("gateway__gateway")
     if scope is not None:
         verdicts = verdicts.filter(gateway_id=scope)
     if agent_id is not None:

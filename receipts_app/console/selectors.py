@@ -568,6 +568,8 @@ class UpstreamMark:
     source: str
     gone_at: int | None
     upstream_status: str = ""
+    # Deleted upstream by the gateway's upgrade to 0.5.5+ (V044), not by a delete.
+    retired_at: int | None = None
 
 
 def upstream_marks_for_receipt(receipt: MemoryDurableReceipt) -> list[UpstreamMark]:
@@ -575,8 +577,8 @@ def upstream_marks_for_receipt(receipt: MemoryDurableReceipt) -> list[UpstreamMa
     none if not mirrored): gone upstream rows stay here, marked (docs/MIRROR.md)."""
     rows = MirroredReceipt.objects.filter(
         source__gateway_id=receipt.gateway_id, idempotency_key=receipt.idempotency_key
-    ).values_list("source__path", "gone_at", "source_status")
-    return [UpstreamMark(path, gone, status) for path, gone, status in rows]
+    ).values_list("source__path", "gone_at", "source_status", "retired_at")
+    return [UpstreamMark(path, gone, status, retired) for path, gone, status, retired in rows]
 
 
 def upstream_marks_for_session(session: Session) -> list[UpstreamMark]:

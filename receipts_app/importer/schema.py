@@ -51,6 +51,12 @@ KNOWN_LATEST_MIGRATION = 40
 # The newest migration a release this product was checked against ships with: a file at it
 # names its OpenSquilla version (a gateway record's ``opensquilla_version``).
 KNOWN_RELEASES = {"V014__meta_skill_run_steps_allow_user_input": "0.3.0"}
+# 0.5.5 (PR #1688) retired the flush and repair pipelines: its migration V044 rebuilds
+# ``memory_durable_receipts`` without these columns and deletes every flush, pre-image and
+# repair receipt. Either sign says the ledger is retired: the migration's row (a gateway
+# that booted) or the table's shape (a file upgraded by the storage alone).
+RETIRE_MIGRATION = "V044__retire_legacy_memory_flush"
+RETIRED_RECEIPT_COLUMNS = ("target_path", "attempt_count", "next_retry_at_ms")
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,8 @@ class SchemaVersion:
 
     storage_version: int
     migrations: tuple[str, ...] = ()
+    # The V044 shape: no flush or repair pipeline upstream any more (0.5.5+).
+    ledger_retired: bool = False
 
     @property
     def latest_migration(self) -> str | None:
@@ -77,7 +85,8 @@ class SchemaVersion:
     def label(self) -> str:
         """One line for a report or a page: ``25 (V040__document_resources)``."""
         latest = self.latest_migration
-        return f"{self.storage_version} ({latest})" if latest else str(self.storage_version)
+        text = f"{self.storage_version} ({latest})" if latest else str(self.storage_version)
+        return f"{text}, ledger retired (V044)" if self.ledger_retired else text
 
 
 def read_schema_version(conn: sqlite3.Connection) -> SchemaVersion:
@@ -108,7 +117,11 @@ def read_schema_version(conn: sqlite3.Connection) -> SchemaVersion:
     if "_yoyo_migration" in tables:
         ids = [str(row[0]) for row in conn.execute("SELECT migration_id FROM _yoyo_migration")]
         migrations = tuple(sorted(ids, key=lambda m: (_migration_number(m), m)))
-    return SchemaVersion(storage_version=version, migrations=migrations)
+    receipts = "memory_durable_receipts"
+    retired = RETIRE_MIGRATION in migrations or (
+        receipts in tables and not any(has(receipts, c) for c in RETIRED_RECEIPT_COLUMNS)
+    )
+    return SchemaVersion(storage_version=version, migrations=migrations, ledger_retired=retired)
 
 
 def read_schema_version_at(path: Path) -> SchemaVersion:

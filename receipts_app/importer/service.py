@@ -33,6 +33,7 @@ from django.db import transaction
 from opensquilla_site.timeutil import now_ms
 from sessions_app.gateways import (
     DEFAULT_GATEWAY,
+    Gateway,
     GatewayNameError,
     ensure_gateway,
     using_gateway,
@@ -164,13 +165,19 @@ def check_gateway_name(gateway: str) -> str:
 def record_gateway_seen(gateway: str, source: SourceDatabase) -> None:
     """The gateway (created when new), with where it is read from and what it runs."""
     schema = source.schema_version()  # the one schema reader (importer/schema.py)
-    ensure_gateway(
+    seen = now_ms()
+    record = ensure_gateway(
         gateway,
         source=str(Path(source.path).expanduser().resolve()),
         opensquilla_version=schema.release,
         schema_version=schema.label(),
-        last_seen_at=now_ms(),
+        last_seen_at=seen,
     )
+    if schema.ledger_retired and record.ledger_retired_at is None:
+        # The first sight of its V044 ledger: its flush and repair pipelines are gone upstream.
+        Gateway.objects.filter(name=gateway, ledger_retired_at__isnull=True).update(
+            ledger_retired_at=seen
+        )
 
 
 def _target_root(chosen: Path | None, *, needed: bool) -> Path | None:

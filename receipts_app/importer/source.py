@@ -433,6 +433,11 @@ class SourceDatabase:
     def max_entry_id(self) -> int:
         return int(self._run("SELECT COALESCE(MAX(id), 0) FROM transcript_entries").fetchone()[0])
 
+    def reread_columns(self) -> None:
+        """Read the tables' columns again: a migration changed the file under this connection
+        (0.5.5's V044 rebuilds the receipts table without three columns)."""
+        self.columns = _check_schema(self.conn, self.path)
+
     def schema_cookie(self) -> int:
         """SQLite's schema cookie: it moves whenever a migration changes the file's schema."""
         return int(self._run("PRAGMA schema_version").fetchone()[0])

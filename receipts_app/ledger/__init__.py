@@ -357,12 +357,16 @@ def recover_stale_memory_repair_claims(
     next_retry_at_ms: int,
     updated_at_ms: int,
     reason: str = "stale_repair_claim",
+    gateways: Iterable[str] | None = None,
 ) -> int:
-    """Return claims older than ``stale_before_ms`` to the queue; returns how many moved."""
+    """Return claims older than ``stale_before_ms`` to the queue; returns how many moved.
+    ``gateways``: only rows of these gateways (None: every gateway's)."""
     with transaction.atomic():
         stale = MemoryDurableReceipt.objects.select_for_update().filter(
             status=running_status, updated_at__lte=stale_before_ms
         )
+        if gateways is not None:
+            stale = stale.filter(gateway_id__in=list(gateways))
         rows = list(stale.values_list("receipt_id", "session_key", "gateway_id"))
         if not rows:
             return 0

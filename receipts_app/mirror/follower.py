@@ -248,8 +248,12 @@ class Follower:
         schema cookie moves, and the gateway's recorded schema version is read again."""
         cookie = db.schema_cookie()
         if cookie != self._schema_cookie:
+            db.reread_columns()
             record_gateway_seen(self.gateway, db)
             self._schema_cookie = cookie
+            # A migration may have deleted rows (0.5.5's V044 retires every flush and repair
+            # receipt): the next pass reconciles, whatever the counts did meanwhile.
+            self._last_reconcile = 0
 
     def _check_workspace(self) -> None:
         workspace = self.targets.workspace

@@ -98,6 +98,9 @@ class MirroredReceipt(models.Model):
     source_updated_at = models.BigIntegerField()
     source_status = models.CharField(max_length=64)
     gone_at = models.BigIntegerField(null=True, blank=True)
+    # Deleted upstream by the gateway's upgrade to 0.5.5+ (V044 retires every flush, pre-image
+    # and repair receipt), not by a delete: kept here and labelled so, never "gone upstream".
+    retired_at = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -107,6 +110,8 @@ class MirroredReceipt(models.Model):
         ]
         indexes = [
             models.Index(fields=["source", "gone_at"], name="mirror_receipt_gone"),
+            # The retired rows of a gateway (its undistilled archives, the fleet's counts).
+            models.Index(fields=["source", "retired_at"], name="mirror_receipt_retired"),
             models.Index(fields=["idempotency_key"], name="mirror_receipt_key"),
         ]
 

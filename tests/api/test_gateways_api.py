@@ -134,4 +134,5 @@ def test_the_gateway_list_costs_the_same_queries_for_ten_gateways(reader, overla
     def reads(ctx):  # a token's last_used_at bookkeeping is throttled by time, not by gateways
         return [q for q in ctx.captured_queries if "apitoken" not in q["sql"].lower()]
 
-    assert len(reads(ten)) == len(reads(two)) <= 4
+    # gateways, counts, mirror, retired receipts (receipts_app.handover)
+    assert len(reads(ten)) == len(reads(two)) <= 5

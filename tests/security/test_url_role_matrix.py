@@ -132,6 +132,8 @@ EXPECTED: dict[tuple[str, str], Rule] = {
     # Console (receipts_app.console.urls)
     ("receipts:overview", "GET"): console(VIEWER),
     ("receipts:fleet", "GET"): console(VIEWER),
+    ("receipts:gateway_repairs", "GET"): console(VIEWER),
+    ("receipts:gateway_repairs", "POST"): console(ADMIN, body={"repairs": "console"}),
     ("receipts:list", "GET"): console(VIEWER),
     ("receipts:new_count", "GET"): console(VIEWER),
     ("receipts:detail", "GET"): console(VIEWER),
@@ -212,6 +214,7 @@ EXPECTED: dict[tuple[str, str], Rule] = {
     ("api:list_health", "GET"): api(VIEWER),
     ("api:get_health", "GET"): api(VIEWER),
     ("api:list_gateways", "GET"): api(VIEWER),
+    ("api:list_gateway_archives", "GET"): api(VIEWER),
     ("api:list_api_tokens", "GET"): api(ADMIN),
     ("api:create_token", "POST"): api(ADMIN, body={"name": "matrix", "scope": "read"}),
     ("api:revoke_token", "DELETE"): api(ADMIN),
@@ -387,6 +390,7 @@ def concrete_path(endpoint: Endpoint, world: World) -> str:
         "plan_id": world.plan.plan_id,
         "rule_id": str(world.objects["operations_app_alertrule"].pk),
         "agent_id": "main",
+        "name": "local",  # a gateway
         "token_id": str(world.spare_token.pk),
         "object_id": str(obj.pk) if obj is not None else "1",
         "id": str(world.objects["auth_user"].pk),

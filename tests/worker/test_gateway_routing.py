@@ -29,7 +29,7 @@ from operations_app.models import Heartbeat
 from receipts_app import repair
 from receipts_app.importer import import_opensquilla
 from receipts_app.models import MemoryDurableReceipt, OutboxMessage
-from sessions_app.gateways import gateway_queue, using_gateway
+from sessions_app.gateways import REPAIRS_CONSOLE, Gateway, gateway_queue, using_gateway
 from tests.api.conftest import fast_password_hashing, operator  # noqa: F401
 from tests.conftest import require_postgres  # noqa: F401
 from tests.mirror.test_reference_writer import WRITER, ref_python  # noqa: F401
@@ -254,7 +254,11 @@ def test_a_requeue_of_gateway_bs_checkpoint_runs_on_bs_worker_into_bs_workspace(
     assert _files(workspace_a) == [] and _files(shared_workspaces.checkpoint) == []
     assert "receipts_app.tasks.checkpoint_session" in edge.log()
 
-    # The central tick queues b's own repair tick to b's live worker, and not a's (none runs).
+    # Nothing unasked: no repair tick goes to a gateway that repairs its own rows. Once their
+    # repairs are handed to this console, the central tick queues b's own repair tick to b's
+    # live worker, and not a's (none runs).
+    assert repair.queue_gateway_ticks() == []
+    Gateway.objects.filter(name__in=["a", "b"]).update(repairs=REPAIRS_CONSOLE)
     assert repair.queue_gateway_ticks() == ["b"]
     wait_for(
         lambda: not OutboxMessage.objects.filter(task="repair_tick").exists(),

@@ -396,6 +396,7 @@ def test_an_admin_asks_the_gateway_to_run_its_due_repairs(
     with django_capture_on_commit_callbacks(execute=True):
         response = admin.post(
             reverse("agents:gateway_repairs", args=["main"]) + f"?gateway={NAME}",
+            {"confirm": "yes"},
             follow=True,
         )
 
@@ -534,3 +535,50 @@ def test_import_opensquilla_links_the_gateway_it_imports(golden_dir, tmp_path, s
         "127.0.0.1:18791",
         "OPENSQUILLA_GATEWAY_TOKEN_CLI",
     )
+
+
+def test_the_repair_run_asks_for_confirmation_before_calling(
+    gateway, ledger, admin, repairs_inline, django_capture_on_commit_callbacks
+) -> None:
+    address, script = gateway
+    script.answers["doctor.memory.status"] = status_answer
+    script.answers["memory.repair.run"] = _repair_answer([ledger["failing"]])
+    link(address)
+    read_gateway_links()
+    run_url = reverse("agents:gateway_repairs", args=["main"]) + f"?gateway={NAME}"
+
+    asked = admin.post(run_url)
+
+    assert asked.status_code == 200
+    page = asked.content.decode()
+    assert f"Ask gateway <code>{NAME}</code> to run its due repairs" in page
+    assert 'name="confirm" value="yes"' in page
+    assert not any(method == "memory.repair.run" for method, _ in script.calls)
+    assert not ReceiptEvent.objects.filter(action="gateway_repair_run").exists()
+    with django_capture_on_commit_callbacks(execute=True):
+        ran = admin.post(run_url, {"confirm": "yes"}, follow=True)
+    assert "queued; the outcome appears in the audit trail" in ran.content.decode()
+
+
+@pytest.mark.parametrize("how", ["version", "retired ledger"])
+def test_a_gateway_past_0_5_5_is_never_offered_a_repair_run(gateway, ledger, admin, how) -> None:
+    address, script = gateway
+    script.answers["doctor.memory.status"] = status_answer
+    if how == "version":
+        script.version = "0.5.5"  # its hello still listing the method would not matter
+    link(address)
+    if how == "retired ledger":
+        Gateway.objects.filter(name=NAME).update(ledger_retired_at=1)
+    read_gateway_links()
+    agent_url = reverse("agents:detail", args=["main"]) + f"?gateway={NAME}"
+    run_url = reverse("agents:gateway_repairs", args=["main"]) + f"?gateway={NAME}"
+
+    page = admin.get(agent_url).content.decode()
+
+    assert 'data-action="gateway-repair-run"' not in page
+    assert "no longer answers <code>memory.repair.list</code>" in page
+    assert "the gateway no longer runs repairs (0.5.5+)" in page
+    refused = admin.post(run_url, {"confirm": "yes"})
+    assert refused.status_code == 409
+    assert "no longer answers memory.repair.run" in refused.content.decode()
+    assert not any(method == "memory.repair.run" for method, _ in script.calls)

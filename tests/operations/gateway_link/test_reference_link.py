@@ -94,6 +94,7 @@ def test_the_console_shows_the_real_gateways_view_the_gap_and_the_repair_run(
     with django_capture_on_commit_callbacks(execute=True):
         ran = admin.post(
             reverse("agents:gateway_repairs", args=["main"]) + f"?gateway={NAME}",
+            {"confirm": "yes"},
             follow=True,
         )
 
