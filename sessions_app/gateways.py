@@ -35,7 +35,7 @@ from opensquilla_site.timeutil import now_ms
 from .link_policy import DEFAULT_RPC_PORT as DEFAULT_RPC_PORT
 from .link_policy import ENV_VAR_NAME_PATTERN as ENV_VAR_NAME_PATTERN
 from .link_policy import (
-    TOKEN_ENV_PREFIX,
+    LINK_VARIABLE_PREFIX,
     read_token,
     token_env_refusal,
     validate_link_address,
@@ -276,7 +276,7 @@ class Gateway(models.Model):
         default="",
         validators=[validate_token_env],
         help_text="the environment variable holding the gateway's token (never the token "
-        f"itself), named {TOKEN_ENV_PREFIX}*; empty: {TOKEN_ENV_PREFIX}<NAME>",
+        f"itself), named {LINK_VARIABLE_PREFIX}*; empty: {LINK_VARIABLE_PREFIX}<NAME>",
     )
 
     class Meta:

@@ -33,7 +33,7 @@ from opensquilla_site.netpolicy import is_private_address, resolve_host
 
 DEFAULT_RPC_PORT = 18791
 ENV_VAR_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
-TOKEN_ENV_PREFIX = "OPENSQUILLA_GATEWAY_TOKEN_"
+LINK_VARIABLE_PREFIX = "OPENSQUILLA_GATEWAY_TOKEN_"
 TOKEN_ENV_PATTERN = re.compile(r"^OPENSQUILLA_GATEWAY_TOKEN_[A-Z0-9_]+$")
 HOSTS_SETTING = "OPENSQUILLA_GATEWAY_LINK_HOSTS"
 
@@ -67,7 +67,7 @@ def token_env_refusal(name: str) -> str | None:
     if TOKEN_ENV_PATTERN.match(name):
         return None
     return (
-        f"the token variable {name} is not an {TOKEN_ENV_PREFIX}* name: the link reads "
+        f"the token variable {name} is not an {LINK_VARIABLE_PREFIX}* name: the link reads "
         "no other variable, so it sends nothing until the variable is renamed"
     )
 
@@ -76,7 +76,7 @@ def validate_token_env(value: str) -> None:
     # Says nothing of whether the variable exists: only its name is judged.
     if value and token_env_refusal(value):
         raise ValidationError(
-            f"Name a variable that starts with {TOKEN_ENV_PREFIX} (upper case, digits, _): "
+            f"Name a variable that starts with {LINK_VARIABLE_PREFIX} (upper case, digits, _): "
             "the link reads no other variable."
         )
 

@@ -35,7 +35,7 @@ CASES = {
 }
 CARD = re.compile(
     r'<article class="card health-\w+">\s*<h2>Agent <a [^>]*><code>ops</code></a>'
-    r' <span class="muted small" title="gateway">@(?P<gateway>[\w-]+)</span></h2>(?P<body>.*?)</article>',
+    r' <span class="[^"]*" title="gateway">@(?P<gateway>[\w-]+)</span></h2>(?P<body>.*?)</article>',
     re.S,
 )
 STATE = re.compile(r'class="badge verdict [^"]*" data-state="(?P<state>\w+)">(?P<label>[^<]+)<')

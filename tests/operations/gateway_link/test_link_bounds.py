@@ -198,7 +198,9 @@ def test_run_due_repairs_only_queues_inside_the_request(gateway, ledger, admin, 
     )
 
     response = admin.post(
-        reverse("agents:gateway_repairs", args=["main"]) + f"?gateway={NAME}", follow=True
+        reverse("agents:gateway_repairs", args=["main"]) + f"?gateway={NAME}",
+        {"confirm": "yes"},
+        follow=True,
     )
 
     assert response.status_code == 200
@@ -253,7 +255,9 @@ def test_a_repair_answer_with_a_nul_is_a_recorded_failure_with_its_audit(
 
     with django_capture_on_commit_callbacks(execute=True):
         response = admin.post(
-            reverse("agents:gateway_repairs", args=["main"]) + f"?gateway={NAME}", follow=True
+            reverse("agents:gateway_repairs", args=["main"]) + f"?gateway={NAME}",
+            {"confirm": "yes"},
+            follow=True,
         )
 
     assert response.status_code == 200
