@@ -367,13 +367,10 @@ class SyncPass:
             def apply(src: MirrorSource, batch: list[Any] = batch) -> None:
                 report = self.result.report
                 before = report.transcript_entries.created + report.transcript_entries.updated
-                rows.warn_remapped(report, rows.apply_entries(batch, report, via="mirror"))
+                rows.apply_entries(batch, report, via="mirror")
                 after = report.transcript_entries.created + report.transcript_entries.updated
                 self.result.applied += after - before
                 if after > before:
-                    # Explicit upstream ids were inserted: move PostgreSQL's sequence past them
-                    # so an entry written here meanwhile never collides.
-                    rows.reset_entry_sequence()
                     self._newest(max(row.created_at for row in batch))
 
             position = self._apply(fields, position, (last_id,), apply, len(batch))
@@ -454,13 +451,11 @@ class SyncPass:
             before = report.transcript_entries.created + report.transcript_entries.updated
             seen = Fingerprint()
             for batch in self.db.entries_of_session(session_id, through):
-                rows.warn_remapped(report, rows.apply_entries(batch, report, via="mirror"))
+                rows.apply_entries(batch, report, via="mirror")
                 seen = seen.plus(Fingerprint.of(batch))
             after = report.transcript_entries.created + report.transcript_entries.updated
             self.result.applied += after - before
             self.result.edited_sessions += 1
-            if after > before:
-                rows.reset_entry_sequence()
             # What was just read, not a second look at the file: an edit committed meanwhile
             # is found by the next pass.
             _store_fingerprints(src, through, {session_id: seen})
