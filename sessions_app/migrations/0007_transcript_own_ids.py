@@ -6,7 +6,7 @@ own ids is given back here: a row of a gateway other than ``local`` was stored u
 id unless it was renumbered, and a row the importer named ``opensquilla-import-<id>`` (a source
 row without a message id) carries its own id in that name. A renumbered row with a message id
 of its own gets its id back the next time its source is read: the mirror reads a followed
-file's entries again once (``receipts_app.mirror`` migration ``reread_for_own_ids``), a
+file's entries again once (``receipts_app.mirror`` migration ``transcript_tails_and_own_id_reread``), a
 re-run of ``import_opensquilla`` does the same for an imported one. Nothing the gateway wrote
 is recomputed: coverage is computed from the entries whenever it is asked.
 """
