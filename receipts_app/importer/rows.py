@@ -234,7 +234,9 @@ def _entry_values(row: SourceEntry) -> dict[str, Any]:
     }
 
 
-def apply_entries(batch: Sequence[SourceEntry], report: ImportReport, *, via: str = "import") -> None:
+def apply_entries(
+    batch: Sequence[SourceEntry], report: ImportReport, *, via: str = "import"
+) -> None:
     """Create or update each entry under its own id (docs/IMPORT.md "Transcript entry ids").
 
     An entry is matched by (gateway, ``session_id``, ``message_id``), a row without a message
@@ -373,7 +375,8 @@ def record_transcript_edits(
                 receipt_id="",
                 session_key=entry.session_key,
                 action=TRANSCRIPT_EDIT,
-                reason=f"message {entry.message_id} (entry {entry.own_id}) changed upstream" + coverage,
+                reason=f"message {entry.message_id} (entry {entry.own_id}) changed upstream"
+                + coverage,
                 details={
                     "via": via,
                     "source": source,

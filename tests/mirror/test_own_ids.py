@@ -223,7 +223,9 @@ def test_the_migration_rereads_a_followed_gateway_only_where_ids_could_have_been
         Gateway.objects.get_or_create(name=name, defaults={"display_name": name})
     alone = MirrorSource.objects.create(gateway_id="a", path=str(tmp_path / "a.db"), entries_id=40)
     MirroredTranscript.objects.create(source=alone, session_id="s", through_id=40, entry_count=40)
-    reread = _migration("receipts_app.mirror", "0006_transcript_tails_and_own_id_reread").reread_for_own_ids
+    reread = _migration(
+        "receipts_app.mirror", "0006_transcript_tails_and_own_id_reread"
+    ).reread_for_own_ids
     with using_gateway("a"):
         TranscriptEntry.objects.create(session_id="s", session_key=KEY, role="user")
     reread(django_apps, None)
