@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import sqlite3
 from pathlib import Path
 from urllib.parse import quote
 
@@ -19,7 +20,9 @@ from django.apps import apps as django_apps
 
 from opensquilla_site.celery import app as celery_app
 from receipts_app.audit import Actor
+from receipts_app.checkpoint import checkpoint_coverage_hash, checkpoint_turn_id
 from receipts_app.importer import import_opensquilla
+from receipts_app.mirror.follower import build_follower
 from receipts_app.mirror.models import MirroredTranscript, MirrorSource
 from receipts_app.models import MemoryDurableReceipt, ReceiptEvent
 from receipts_app.requeue import requeue_receipt
@@ -75,6 +78,84 @@ def test_every_gateway_reads_covered_exactly_as_its_own_ledger_says(golden, thre
         )
         assert sorted(own) == list(range(1, 141))
     assert TranscriptEntry.objects.values("id").distinct().count() == 3 * 140
+
+
+def test_followed_gateways_read_covered_as_their_own_ledgers_say(golden, tmp_path, settings):
+    """The same through the live mirror: a, b and c followed from their own files, then one
+    more message in b's session (uncovered there, and so here), then b's own checkpoint of it."""
+    settings.OPENSQUILLA_CHECKPOINT_WORKSPACE = str(tmp_path / "ours")
+    followers = {}
+    for name in GATEWAYS:
+        db = tmp_path / name / "sessions.db"
+        db.parent.mkdir()
+        source = sqlite3.connect(f"file:{golden / 'sessions.db'}?mode=ro", uri=True)
+        target = sqlite3.connect(db)
+        source.backup(target)
+        source.close()
+        target.close()
+        followers[name] = (db, build_follower(db_path=db, workspace=None, gateway=name))
+        assert followers[name][1].poll() == "synced"
+    theirs = own_coverage(golden / "sessions.db")
+    for name in GATEWAYS:
+        assert _covered_here(name) == theirs, name
+
+    db_b, follower_b = followers["b"]
+    conn = sqlite3.connect(db_b)
+    with conn:
+        (session_id,) = conn.execute(
+            "SELECT session_id FROM sessions WHERE session_key = ?", (KEY,)
+        ).fetchone()
+        conn.execute(
+            "INSERT INTO transcript_entries (session_id, session_key, message_id, role, content,"
+            " created_at) VALUES (?, ?, 'late', 'user', 'one more', 1)",
+            (session_id, KEY),
+        )
+        conn.execute(
+            "UPDATE sessions SET updated_at = updated_at + 1 WHERE session_key = ?", (KEY,)
+        )
+    conn.close()
+    assert follower_b.poll() == "synced"
+    now_theirs = own_coverage(db_b)
+    assert now_theirs[KEY] is False
+    assert _covered_here("b") == now_theirs
+    assert _covered_here("a") == theirs  # a's same-named session is not b's
+
+    # b checkpoints the longer transcript itself (its own ids: through-141, 9 entries).
+    entries = [
+        {
+            "id": i,
+            "role": r,
+            "content": c,
+            "tool_calls": None,
+            "tool_call_id": t,
+            "reasoning_content": rc,
+        }
+        for i, r, c, t, rc in sqlite3.connect(db_b).execute(
+            "SELECT id, role, content, tool_call_id, reasoning_content FROM transcript_entries "
+            "WHERE session_id = ? ORDER BY created_at, id",
+            (session_id,),
+        )
+    ]
+    conn = sqlite3.connect(db_b)
+    with conn:
+        conn.execute(
+            "INSERT INTO memory_durable_receipts (receipt_id, session_key, session_id, turn_id, "
+            "scope, coverage_turn_id, coverage_hash, coverage_entry_count, idempotency_key, "
+            "status, created_at, updated_at) VALUES ('b-own', ?, ?, 'cmp_b', 'checkpoint', ?, ?,"
+            " ?, 'checkpoint:b-own', 'checkpoint_saved', 9999999999998, 9999999999998)",
+            (
+                KEY,
+                session_id,
+                checkpoint_turn_id(entries),
+                checkpoint_coverage_hash(entries),
+                len(entries),
+            ),
+        )
+    conn.close()
+    assert follower_b.poll() == "synced"
+    assert own_coverage(db_b)[KEY] is True and _covered_here("b")[KEY] is True
+    for _db, follower in followers.values():
+        follower.watch.close()
 
 
 def test_the_api_and_the_session_page_say_covered_for_b(three, reader, viewer_client):  # noqa: F811
