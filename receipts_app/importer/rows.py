@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from django.db import connection
 
 from opensquilla_site.identifiers import control_character_problem
-from sessions_app.gateways import current_gateway
+from sessions_app.gateways import DEFAULT_GATEWAY, current_gateway
 from sessions_app.keys import agent_id_for_session_key, canonicalize_session_key, normalize_agent_id
 from sessions_app.models import Session, TranscriptEntry
 
@@ -395,30 +395,80 @@ def record_transcript_edits(
     audit.record_events(events)
 
 
-_ENTRY_INSERT_FIELDS = tuple(f for f in TranscriptEntry._meta.concrete_fields if not f.primary_key)
+_ENTRY_FIELDS_WITH_ID = tuple(TranscriptEntry._meta.concrete_fields)
+_ENTRY_FIELDS_WITHOUT_ID = tuple(f for f in _ENTRY_FIELDS_WITH_ID if not f.primary_key)
 
 
 def insert_entries(entries: Sequence[TranscriptEntry]) -> None:
-    """Insert new entries as one ``executemany`` (``bulk_create`` compiled the same INSERT for
-    every 500 rows and spent most of a large import doing so), each value prepared by its
-    field exactly as a model save would (JSON included).
+    """Insert new entries, each with its own id in ``gateway_entry_id``.
 
-    Their ``id`` is ours, drawn by the database: a gateway's own ids live in
-    ``gateway_entry_id``, so ids of two gateways never compete and nothing is renumbered."""
+    Their ``id`` is ours, drawn by the database, so two gateways' ids never compete and
+    nothing is renumbered. ``local`` alone keeps today's numbering as well: its entries are
+    stored under their own id when it is free (a single-gateway console reads them by it), and
+    under a drawn one otherwise; either way their own id is the one upstream values use."""
     if not entries:
         return
+    if current_gateway() != DEFAULT_GATEWAY:
+        _execute_insert(entries, _ENTRY_FIELDS_WITHOUT_ID)
+        return
+    for entry in entries:
+        entry.id = entry.gateway_entry_id
+    inserted = _execute_insert(entries, _ENTRY_FIELDS_WITH_ID, "ON CONFLICT (id) DO NOTHING")
+    if inserted != len(entries):
+        # Only when some id was held: which ids hold another row than the one meant for them.
+        held = {
+            pk: identity
+            for pk, *identity in TranscriptEntry._base_manager.filter(
+                id__in=[e.id for e in entries]
+            ).values_list("id", "gateway_id", "session_id", "message_id")
+        }
+        taken = [
+            e for e in entries if held.get(e.id) != [DEFAULT_GATEWAY, e.session_id, e.message_id]
+        ]
+        for entry in taken:
+            entry.id = None
+        _execute_insert(taken, _ENTRY_FIELDS_WITHOUT_ID)
+    _sequence_past_explicit_ids()
+
+
+def _execute_insert(
+    entries: Sequence[TranscriptEntry], fields: Sequence[Any], conflict: str = ""
+) -> int:
+    """One ``executemany`` (``bulk_create`` compiled the same INSERT for every 500 rows and
+    spent most of a large import doing so), each value prepared by its field exactly as a
+    model save would (JSON included). Returns the rows inserted."""
+    if not entries:
+        return 0
     table = connection.ops.quote_name(TranscriptEntry._meta.db_table)
-    columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in _ENTRY_INSERT_FIELDS)
-    marks = ", ".join(["%s"] * len(_ENTRY_INSERT_FIELDS))
+    columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
+    marks = ", ".join(["%s"] * len(fields))
     params = [
-        [f.get_db_prep_save(getattr(entry, f.attname), connection) for f in _ENTRY_INSERT_FIELDS]
+        [f.get_db_prep_save(getattr(entry, f.attname), connection) for f in fields]
         for entry in entries
     ]
     with connection.cursor() as cursor:
         cursor.executemany(
-            f"INSERT INTO {table} ({columns}) VALUES ({marks})",  # noqa: S608 - model metadata
+            f"INSERT INTO {table} ({columns}) VALUES ({marks}) {conflict}",  # noqa: S608 - model metadata
             params,
         )
+        return int(cursor.rowcount)
+
+
+def _sequence_past_explicit_ids() -> None:
+    """After ``local``'s explicit-id inserts, move PostgreSQL's id sequence past them (SQLite's
+    AUTOINCREMENT counter follows the largest id by itself). Never backwards: the sequence is
+    not transactional, and another gateway's follower may have drawn ids this transaction
+    cannot see yet."""
+    if connection.vendor != "postgresql":
+        return
+    table = TranscriptEntry._meta.db_table
+    biggest = f"SELECT COALESCE(MAX(id), 1) FROM {connection.ops.quote_name(table)}"  # noqa: S608 - model metadata
+    sql = (
+        "SELECT setval(pg_get_serial_sequence(%s, 'id'), "
+        f"GREATEST(nextval(pg_get_serial_sequence(%s, 'id')), ({biggest})))"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [table, table])
 
 
 # --- receipts -----------------------------------------------------------------------------
