@@ -158,6 +158,27 @@ def test_followed_gateways_read_covered_as_their_own_ledgers_say(golden, tmp_pat
         follower.watch.close()
 
 
+def test_all_27_sessions_read_covered_through_the_api_and_the_session_page(
+    golden,
+    three,
+    reader,  # noqa: F811
+    viewer_client,  # noqa: F811
+):
+    """The issue's count: 3 gateways x 9 sessions, every one covered in its own ledger."""
+    theirs = own_coverage(golden / "sessions.db")
+    said = {}
+    for name in GATEWAYS:
+        for key in theirs:
+            api = reader.get(f"/sessions/{quote(key, safe=':')}/coverage", {"gateway": name})
+            page = viewer_client.get(f"/session-memory/?key={quote(key)}&gateway={name}")
+            said[name, key] = (
+                api.json()["covered"],
+                "<strong>Covered.</strong>" in page.content.decode(),
+            )
+    assert len(said) == 27
+    assert said == {(name, key): (theirs[key], theirs[key]) for name in GATEWAYS for key in theirs}
+
+
 def test_the_api_and_the_session_page_say_covered_for_b(three, reader, viewer_client):  # noqa: F811
     body = reader.get(f"/sessions/{KEY}/coverage", {"gateway": "b"}).json()
     assert body["covered"] is True
