@@ -20,7 +20,7 @@ from opensquilla_site.pagination import MAX_PAGE_SIZE, Page, keyset_page_of_part
 from opensquilla_site.timeutil import now_ms
 from sessions_app.gateways import GatewayNameError, using_gateway, validate_gateway_name
 from sessions_app.keys import canonicalize_session_key, normalize_agent_id
-from sessions_app.models import Session
+from sessions_app.models import Session, TranscriptEntry
 from sessions_app.services import get_transcript
 
 from . import counts
@@ -509,6 +509,21 @@ def current_checkpoint_coverage(session: Session) -> tuple[MemoryDurableReceipt 
 
 
 def _coverage(session: Session) -> tuple[MemoryDurableReceipt | None, int]:
+    # A covering checkpoint records the transcript's entry count: without a saved checkpoint of
+    # this generation at the current count, nothing need be read or hashed (a long session
+    # whose messages are rewritten while it streams costs a count, not its whole transcript).
+    count = TranscriptEntry.objects.here().filter(session_id=session.session_id).count()
+    if not count:
+        return None, 0
+    candidate = MemoryDurableReceipt.objects.here().filter(
+        session_key=session.session_key,
+        session_id=session.session_id,
+        scope="checkpoint",
+        status=CHECKPOINT_SAVED,
+        coverage_entry_count=count,
+    )
+    if not candidate.exists():
+        return None, count
     entries = get_transcript(session.session_id)
     if not entries:
         return None, 0

@@ -146,7 +146,16 @@ class SessionAdmin(ShowOnlyAdmin):
 @admin.register(TranscriptEntry)
 class TranscriptEntryAdmin(ShowOnlyAdmin):
     list_display = with_dates(
-        TranscriptEntry, ("id", "gateway_id", "session_key", "role", "created_at", "token_count")
+        TranscriptEntry,
+        (
+            "id",
+            "gateway_id",
+            "gateway_entry_id",
+            "session_key",
+            "role",
+            "created_at",
+            "token_count",
+        ),
     )
     list_filter = ("gateway", "role")
     search_fields = ("=session_id", "^session_key", "=message_id")

@@ -83,12 +83,20 @@ class Session(models.Model):
 
 
 class TranscriptEntry(models.Model):
-    """One message of a session generation. ``id`` is global and never reused."""
+    """One message of a session generation, identified by (gateway, its own id).
+
+    ``id`` is ours (a surrogate, global, never reused). ``gateway_entry_id`` is the id the
+    entry has in its gateway's ``sessions.db`` (an import or the mirror brought it); it is NULL
+    for an entry written here, whose own id is ``id``. Everything upstream computes from entry
+    ids (checkpoint turn ids, coverage hashes, event ids) reads :attr:`own_id`, so a gateway's
+    checkpoints cover its transcripts here exactly as they do there (docs/ARCHITECTURE.md,
+    "Gateways")."""
 
     ROLES = ("user", "assistant", "system", "tool")
 
     id = models.BigAutoField(primary_key=True)
     gateway = gateway_field()
+    gateway_entry_id = models.BigIntegerField(null=True, blank=True)
     session_id = models.CharField(max_length=64)
     session_key = models.TextField()
     message_id = models.CharField(max_length=64, default=new_session_id)
@@ -116,7 +124,12 @@ class TranscriptEntry(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.role}#{self.id}"
+        return f"{self.role}#{self.own_id}"
+
+    @property
+    def own_id(self) -> int:
+        """The id the entry's gateway knows it by: the one rule every upstream value uses."""
+        return self.gateway_entry_id if self.gateway_entry_id is not None else self.id
 
 
 class CompactionSummary(models.Model):

@@ -94,6 +94,12 @@ class MessageIn(Schema):
 class TranscriptEntryOut(ModelSchema):
     tool_calls: list[dict[str, Any]] | None = None
 
+    @staticmethod
+    def resolve_id(obj: TranscriptEntry) -> int:
+        # The id the entry's gateway knows it by (a mirrored gateway's own id), as upstream
+        # shows it and as checkpoints name it (``through-<id>``).
+        return obj.own_id
+
     class Meta:
         model = TranscriptEntry
         fields = [

@@ -35,8 +35,17 @@ def _coverage_item(entry: Any) -> dict[str, Any]:
     }
 
 
+def entry_id(entry: Any) -> Any:
+    """The id upstream computes from: a mapping's ``id``; for a stored entry, the id its
+    gateway knows it by (``TranscriptEntry.own_id``: a gateway's own id, not ours)."""
+    if isinstance(entry, Mapping):
+        return entry.get("id")
+    own = getattr(entry, "own_id", None)
+    return own if own is not None else getattr(entry, "id", None)
+
+
 def checkpoint_turn_id(entries: Sequence[Any]) -> str:
-    ids = [_field(e, "id") for e in entries]
+    ids = [entry_id(e) for e in entries]
     int_ids = [i for i in ids if isinstance(i, int) and not isinstance(i, bool)]
     if int_ids:
         return f"through-{max(int_ids)}"
@@ -44,5 +53,5 @@ def checkpoint_turn_id(entries: Sequence[Any]) -> str:
 
 
 def checkpoint_coverage_hash(entries: Sequence[Any]) -> str:
-    items = [{**_coverage_item(e), "id": _field(e, "id")} for e in entries]
+    items = [{**_coverage_item(e), "id": entry_id(e)} for e in entries]
     return checkpoint_event_hash(_json(items))

@@ -61,8 +61,8 @@ class ImportReport:
     transcript_entries: Counts = field(default_factory=Counts)
     receipts: Counts = field(default_factory=Counts)
     files: FileCounts = field(default_factory=FileCounts)
-    # Transcript entries whose upstream id was taken locally and got a new one.
-    remapped_entry_ids: int = 0
+    # Transcript entries stored before gateways had their own ids, given theirs back.
+    own_ids_restored: int = 0
     # Receipts whose receipt_id another gateway holds, given a new one.
     remapped_receipt_ids: int = 0
     # Compaction summaries and pre-image entries skipped for a control character in a key/id.
@@ -90,7 +90,11 @@ class ImportReport:
     @property
     def changed(self) -> bool:
         rows = (self.sessions, self.transcript_entries, self.receipts)
-        return any(c.created or c.updated for c in rows) or self.files.copied > 0
+        return (
+            any(c.created or c.updated for c in rows)
+            or self.files.copied > 0
+            or self.own_ids_restored > 0
+        )
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -105,7 +109,7 @@ class ImportReport:
             *([f"source schema: {self.source_schema}"] if self.source_schema else []),
             f"sessions: {self.sessions.line()}",
             f"transcript entries: {self.transcript_entries.line()}"
-            + (f" ({self.remapped_entry_ids} given new ids)" if self.remapped_entry_ids else ""),
+            + (f" ({self.own_ids_restored} own ids restored)" if self.own_ids_restored else ""),
             f"receipts: {self.receipts.line()}"
             + (
                 f" ({self.remapped_receipt_ids} given new ids)" if self.remapped_receipt_ids else ""

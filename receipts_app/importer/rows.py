@@ -3,8 +3,10 @@ import (``service.import_opensquilla``) and the live mirror (``receipts_app.mirr
 
 Each function takes a batch already read and checked by :mod:`.source`, writes it in the
 caller's transaction and counts what it did in an ``ImportReport``. Rows land in the current
-gateway (``sessions_app.gateways``: the caller imports inside ``using_gateway``); ids are
-global, so an id another gateway holds is looked up across all of them. What "the source row wins"
+gateway (``sessions_app.gateways``: the caller imports inside ``using_gateway``). A transcript
+entry keeps its gateway's own id (``gateway_entry_id``) beside a primary key of ours; a
+``receipt_id`` is global (``/receipts/<id>``), so one another gateway holds gets a new one
+(:func:`apply_receipts`). What "the source row wins"
 means for receipts is a parameter (``decide``): the import lets the newer ``updated_at`` win,
 the mirror adds what it knows about rows it applied before.
 """
@@ -20,7 +22,7 @@ from typing import Any, TypeVar
 from django.db import connection
 
 from opensquilla_site.identifiers import control_character_problem
-from sessions_app.gateways import current_gateway
+from sessions_app.gateways import DEFAULT_GATEWAY, current_gateway
 from sessions_app.keys import agent_id_for_session_key, canonicalize_session_key, normalize_agent_id
 from sessions_app.models import Session, TranscriptEntry
 
@@ -234,20 +236,18 @@ def _entry_values(row: SourceEntry) -> dict[str, Any]:
 
 def apply_entries(
     batch: Sequence[SourceEntry], report: ImportReport, *, via: str = "import"
-) -> set[str]:
-    """Create or update each entry, keeping upstream ids (docs/IMPORT.md "Transcript entry
-    ids"); returns the session keys where an id was taken and a new one given.
+) -> None:
+    """Create or update each entry under its own id (docs/IMPORT.md "Transcript entry ids").
 
-    An entry already here whose source row now says something else (upstream rewrites a
-    streamed answer in place, keeping its id) is updated in place and audited on its session
-    (:func:`record_transcript_edits`), with the session's coverage answered before and after."""
+    An entry is matched by (gateway, ``session_id``, ``message_id``), a row without a message
+    id by one made of its own id, so a re-import or a re-read finds it again. An entry already
+    here whose source row now says something else (upstream rewrites a streamed answer in
+    place, keeping its id) is updated in place and audited on its session
+    (:func:`record_transcript_edits`), with the session's coverage answered before and after.
+    One whose own id was not recorded (an entry stored under another id before gateways had
+    their own ids) gets it back quietly: nothing the gateway wrote changed."""
     batch = without_unaddressable(batch, report, report.transcript_entries)
-    remapped_sessions: set[str] = set()
-    ids = [row.id for row in batch]
     identities = {(row.session_id, _message_id(row)) for row in batch}
-    # Ids are global: one another gateway holds is taken too (the base manager sees them all).
-    by_id = {e.id: e for e in TranscriptEntry._base_manager.filter(id__in=ids)}
-    gateway = current_gateway()
     by_identity: dict[tuple[str, str], TranscriptEntry] = {}
     for entry in (
         TranscriptEntry.objects.here()
@@ -258,56 +258,51 @@ def apply_entries(
         .order_by("id")
     ):
         by_identity.setdefault((entry.session_id, entry.message_id), entry)
-    keep_id: list[TranscriptEntry] = []
-    new_id: list[TranscriptEntry] = []
+    to_insert: list[TranscriptEntry] = []
     to_update: list[TranscriptEntry] = []
+    own_ids_back: list[TranscriptEntry] = []
     edits: list[EntryEdit] = []
     edited: set[int] = set()
     for row in batch:
         identity = (row.session_id, _message_id(row))
         values = _entry_values(row)
-        same_id = by_id.get(row.id)
-        match = (
-            same_id
-            if same_id is not None
-            and (same_id.gateway_id, same_id.session_id, same_id.message_id) == (gateway, *identity)
-            else by_identity.get(identity)
-        )
-        if match is not None:
-            if all(getattr(match, k) == v for k, v in values.items()):
-                report.transcript_entries.unchanged += 1
-            else:
-                # Only a row read from our table (not one made earlier in this batch), once.
-                if not match._state.adding and match.pk not in edited:
-                    edited.add(match.pk)
-                    edits.append(EntryEdit(match, {k: getattr(match, k) for k in values}))
-                for name, value in values.items():
-                    setattr(match, name, value)
-                to_update.append(match)
-                report.transcript_entries.updated += 1
+        match = by_identity.get(identity)
+        if match is None:
+            entry = TranscriptEntry(
+                session_id=row.session_id,
+                message_id=identity[1],
+                gateway_entry_id=row.id,
+                **values,
+            )
+            to_insert.append(entry)
+            by_identity[identity] = entry
+            report.transcript_entries.created += 1
             continue
-        entry = TranscriptEntry(session_id=row.session_id, message_id=identity[1], **values)
-        if same_id is None:
-            entry.id = row.id
-            keep_id.append(entry)
-        else:
-            new_id.append(entry)
-            remapped_sessions.add(values["session_key"])
-        by_identity[identity] = entry
-        report.transcript_entries.created += 1
-    for entry in insert_entries(keep_id):
-        new_id.append(entry)
-        remapped_sessions.add(entry.session_key)
-    if new_id:
-        # Fresh ids must come after every kept id, so reset the sequence first.
-        reset_entry_sequence()
-        insert_with_new_ids(new_id)
-        report.remapped_entry_ids += len(new_id)
+        restored = match.gateway_entry_id != row.id and not match._state.adding
+        if restored:
+            match.gateway_entry_id = row.id
+            own_ids_back.append(match)
+        if all(getattr(match, k) == v for k, v in values.items()):
+            report.transcript_entries.unchanged += 1
+            continue
+        # Only a row read from our table (not one made earlier in this batch), once.
+        if not match._state.adding and match.pk not in edited:
+            edited.add(match.pk)
+            edits.append(EntryEdit(match, {k: getattr(match, k) for k in values}))
+        for name, value in values.items():
+            setattr(match, name, value)
+        to_update.append(match)
+        report.transcript_entries.updated += 1
+    insert_entries(to_insert)
+    if own_ids_back:
+        # Not an update of what the gateway wrote: counted apart (the mirror's lag and rows
+        # applied measure the gateway's writes, not this repair).
+        TranscriptEntry.objects.bulk_update(own_ids_back, ["gateway_entry_id"], batch_size=500)
+        report.own_ids_restored += len(own_ids_back)
     if to_update:
         with _coverage_reanswered(edits) as answer:
             TranscriptEntry.objects.bulk_update(to_update, list(_ENTRY_FIELDS), batch_size=500)
         record_transcript_edits(edits, answer, via=via, source=report.source)
-    return remapped_sessions
 
 
 # --- entries edited upstream --------------------------------------------------------------
@@ -380,13 +375,14 @@ def record_transcript_edits(
                 receipt_id="",
                 session_key=entry.session_key,
                 action=TRANSCRIPT_EDIT,
-                reason=f"message {entry.message_id} (entry {entry.id}) changed upstream" + coverage,
+                reason=f"message {entry.message_id} (entry {entry.own_id}) changed upstream"
+                + coverage,
                 details={
                     "via": via,
                     "source": source,
                     "gateway": entry.gateway_id,
                     "session_id": entry.session_id,
-                    "entry_id": entry.id,
+                    "entry_id": entry.own_id,
                     "message_id": entry.message_id,
                     "fields": changed,
                     "old_content_sha256": _sha256(edit.old.get("content")),
@@ -399,64 +395,70 @@ def record_transcript_edits(
     audit.record_events(events)
 
 
-_ENTRY_INSERT_FIELDS = tuple(f for f in TranscriptEntry._meta.concrete_fields)
+_ENTRY_FIELDS_WITH_ID = tuple(TranscriptEntry._meta.concrete_fields)
+_ENTRY_FIELDS_WITHOUT_ID = tuple(f for f in _ENTRY_FIELDS_WITH_ID if not f.primary_key)
 
 
-def insert_entries(entries: Sequence[TranscriptEntry]) -> list[TranscriptEntry]:
-    """Insert entries with their ids set, as one ``executemany``: ``bulk_create`` compiled the
-    same INSERT for every 500 rows and spent most of a large import doing so. Each value is
-    prepared by its field exactly as a model save would (JSON included).
+def insert_entries(entries: Sequence[TranscriptEntry]) -> None:
+    """Insert new entries, each with its own id in ``gateway_entry_id``.
 
-    Returns the entries whose id was taken meanwhile (another gateway's follower inserted it
-    since this batch looked): they are not inserted, and get a new id from the caller."""
+    Their ``id`` is ours, drawn by the database, so two gateways' ids never compete and
+    nothing is renumbered. ``local`` alone keeps today's numbering as well: its entries are
+    stored under their own id when it is free (a single-gateway console reads them by it), and
+    under a drawn one otherwise; either way their own id is the one upstream values use."""
     if not entries:
-        return []
+        return
+    if current_gateway() != DEFAULT_GATEWAY:
+        _execute_insert(entries, _ENTRY_FIELDS_WITHOUT_ID)
+        return
+    for entry in entries:
+        entry.id = entry.gateway_entry_id
+    inserted = _execute_insert(entries, _ENTRY_FIELDS_WITH_ID, "ON CONFLICT (id) DO NOTHING")
+    if inserted != len(entries):
+        # Only when some id was held: which ids hold another row than the one meant for them.
+        held = {
+            pk: identity
+            for pk, *identity in TranscriptEntry._base_manager.filter(
+                id__in=[e.id for e in entries]
+            ).values_list("id", "gateway_id", "session_id", "message_id")
+        }
+        taken = [
+            e for e in entries if held.get(e.id) != [DEFAULT_GATEWAY, e.session_id, e.message_id]
+        ]
+        for entry in taken:
+            entry.id = None
+        _execute_insert(taken, _ENTRY_FIELDS_WITHOUT_ID)
+    _sequence_past_explicit_ids()
+
+
+def _execute_insert(
+    entries: Sequence[TranscriptEntry], fields: Sequence[Any], conflict: str = ""
+) -> int:
+    """One ``executemany`` (``bulk_create`` compiled the same INSERT for every 500 rows and
+    spent most of a large import doing so), each value prepared by its field exactly as a
+    model save would (JSON included). Returns the rows inserted."""
+    if not entries:
+        return 0
     table = connection.ops.quote_name(TranscriptEntry._meta.db_table)
-    columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in _ENTRY_INSERT_FIELDS)
-    marks = ", ".join(["%s"] * len(_ENTRY_INSERT_FIELDS))
+    columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
+    marks = ", ".join(["%s"] * len(fields))
     params = [
-        [f.get_db_prep_save(getattr(entry, f.attname), connection) for f in _ENTRY_INSERT_FIELDS]
+        [f.get_db_prep_save(getattr(entry, f.attname), connection) for f in fields]
         for entry in entries
     ]
     with connection.cursor() as cursor:
         cursor.executemany(
-            f"INSERT INTO {table} ({columns}) VALUES ({marks}) "  # noqa: S608 - model metadata
-            "ON CONFLICT (id) DO NOTHING",
+            f"INSERT INTO {table} ({columns}) VALUES ({marks}) {conflict}",  # noqa: S608 - model metadata
             params,
         )
-        inserted = cursor.rowcount
-    if inserted == len(entries):
-        return []
-    # Only after a lost race: which ids now hold another row than the one meant for them.
-    held = {
-        pk: identity
-        for pk, *identity in TranscriptEntry._base_manager.filter(
-            id__in=[e.id for e in entries]
-        ).values_list("id", "gateway_id", "session_id", "message_id")
-    }
-    gateway = current_gateway()
-    taken = [e for e in entries if held.get(e.id) != [gateway, e.session_id, e.message_id]]
-    for entry in taken:
-        entry.id = None
-    return taken
+        return int(cursor.rowcount)
 
 
-def warn_remapped(report: ImportReport, session_keys: set[str]) -> None:
-    for key in sorted(session_keys):
-        report.warn(
-            "remapped_ids",
-            f"session {key}: some transcript entries got new ids (theirs were taken), so its "
-            "imported checkpoints no longer cover the transcript",
-        )
-
-
-def reset_entry_sequence() -> None:
-    """After explicit-id inserts, move PostgreSQL's sequence past them (SQLite needs nothing:
-    its AUTOINCREMENT counter follows the largest id inserted).
-
-    Never backwards: the sequence is not transactional, and another gateway's follower may
-    have moved it past ids this transaction cannot see yet (Django's own reset sets it to the
-    visible maximum, which would hand those ids out again)."""
+def _sequence_past_explicit_ids() -> None:
+    """After ``local``'s explicit-id inserts, move PostgreSQL's id sequence past them (SQLite's
+    AUTOINCREMENT counter follows the largest id by itself). Never backwards: the sequence is
+    not transactional, and another gateway's follower may have drawn ids this transaction
+    cannot see yet."""
     if connection.vendor != "postgresql":
         return
     table = TranscriptEntry._meta.db_table
@@ -467,27 +469,6 @@ def reset_entry_sequence() -> None:
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [table, table])
-
-
-def insert_with_new_ids(entries: Sequence[TranscriptEntry]) -> None:
-    """Insert entries whose upstream ids were taken, with ids of ours. On PostgreSQL the ids
-    come from the sequence and are inserted like upstream ones, so an id another follower
-    inserted meanwhile (its explicit id above the sequence, before it moved the sequence) is
-    skipped and drawn again rather than failing the pass. SQLite has one writer at a time."""
-    if connection.vendor != "postgresql":
-        TranscriptEntry.objects.bulk_create(entries, batch_size=500)
-        return
-    pending = list(entries)
-    table = TranscriptEntry._meta.db_table
-    while pending:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
-                [table, len(pending)],
-            )
-            for entry, (new_id,) in zip(pending, cursor.fetchall(), strict=True):
-                entry.id = new_id
-        pending = insert_entries(pending)
 
 
 # --- receipts -----------------------------------------------------------------------------

@@ -17,10 +17,9 @@ Contract:
 - Under a gateway name (``gateway``, default ``local``): every row lands in that gateway
   (``sessions_app.gateways``), its files in that gateway's roots (:mod:`.targets`), and the
   gateway records where it came from and the OpenSquilla version and schema seen.
-- Transcript entry ids are kept, because a checkpoint's coverage (``through-<max id>`` and
-  the coverage hash) is computed over them: a remapped id would make every imported
-  checkpoint stop covering its transcript. Only an id already taken by a different local
-  entry gets a fresh one; the report counts those and names the sessions they affect.
+- Transcript entries keep their own ids (``TranscriptEntry.gateway_entry_id``), because a
+  checkpoint's coverage (``through-<max id>`` and the coverage hash) is computed over them;
+  the row's primary key is ours, so two gateways' ids never compete and nothing is renumbered.
 """
 
 from __future__ import annotations
@@ -111,7 +110,6 @@ def import_opensquilla(
                 _import_entries(source, report, report_progress, totals["transcript entries"])
                 _import_receipts(source, report, report_progress, totals["receipts"], facts)
                 import_compactions(source, report)  # degraded ones are repaired by the repair tick
-                rows.reset_entry_sequence()
                 if source_workspace is not None and checkpoint_root is not None:
                     _import_files(
                         source_workspace,
@@ -208,12 +206,10 @@ def _import_entries(
     source: SourceDatabase, report: ImportReport, progress: Progress, total: int
 ) -> None:
     done = 0
-    remapped_sessions: set[str] = set()
     for batch in source.transcript_entries():
-        remapped_sessions |= rows.apply_entries(batch, report)
+        rows.apply_entries(batch, report)
         done += len(batch)
         progress("transcript entries", done, total)
-    rows.warn_remapped(report, remapped_sessions)
 
 
 def _import_receipts(

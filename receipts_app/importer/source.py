@@ -11,7 +11,7 @@ import hashlib
 import json
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,6 +149,8 @@ _NATIVE_WEIGHTS = (
     ("token_count", 29),
 )
 NATIVE = "_native"
+# Sessions per tail query: one SELECT each, joined by UNION ALL (SQLite allows 500 per compound).
+_TAILS_PER_QUERY = 100
 _DIGEST_MASK = (1 << 63) - 1
 
 
@@ -195,6 +197,12 @@ class Fingerprint:
     def plus(self, other: Fingerprint) -> Fingerprint:
         return Fingerprint(
             self.count + other.count, self.native + other.native, self.digest ^ other.digest
+        )
+
+    def minus(self, other: Fingerprint) -> Fingerprint:
+        """What is left of this fingerprint without ``other``'s rows (a part of them)."""
+        return Fingerprint(
+            self.count - other.count, self.native - other.native, self.digest ^ other.digest
         )
 
     @classmethod
@@ -337,12 +345,78 @@ class SourceDatabase:
         for batch in self._select("transcript_entries", "id"):
             yield [_entry(row) for row in batch]
 
-    def entries_of_session(self, session_id: str, through_id: int) -> Iterator[list[SourceEntry]]:
-        """One session's entries up to ``through_id``: the mirror's re-read of an edited one."""
-        where = "session_id = ? AND id <= ?"
-        for batch in self._select("transcript_entries", "id", where, (session_id, through_id)):
+    def entries_of_session(
+        self, session_id: str, through_id: int, after_id: int = 0
+    ) -> Iterator[list[SourceEntry]]:
+        """One session's entries after ``after_id`` up to ``through_id``: the mirror's re-read
+        of an edited one (its newest rows, or all of them)."""
+        where = "session_id = ? AND id > ? AND id <= ?"
+        params = (session_id, after_id, through_id)
+        for batch in self._select("transcript_entries", "id", where, params):
             self.reads["entries_reread"] += len(batch)
             yield [_entry(row) for row in batch]
+
+    def _digest_sql(self, strong: bool) -> str:
+        if not strong:
+            return "0"
+        if not self._fingerprint_ready:
+            self.conn.create_aggregate(
+                "osq_transcript_fp", len(DIGEST_COLUMNS), _TranscriptFingerprint
+            )
+            self._fingerprint_ready = True
+        present = self.columns["transcript_entries"]
+        # Column names come from the constant above, never from the file.
+        args = ", ".join(c if c in present else "NULL" for c in DIGEST_COLUMNS)
+        return f"osq_transcript_fp({args})"
+
+    def tail_fingerprints(
+        self, tails: Mapping[str, int], through_id: int, *, strong: bool = False
+    ) -> dict[str, Fingerprint]:
+        """Each session's :class:`Fingerprint` over its entries with ``tails[session] < id <=
+        through_id``: one range of upstream's index on ``session_id`` (its rowid is ``id``)
+        per session, so the cost is the tail's length, not the session's. One query per 100
+        sessions; a session without such entries is absent."""
+        native = native_expression(self.columns["transcript_entries"])
+        digest = self._digest_sql(strong)
+        items = list(tails.items())
+        out: dict[str, Fingerprint] = {}
+        for start in range(0, len(items), _TAILS_PER_QUERY):
+            chunk = items[start : start + _TAILS_PER_QUERY]
+            one = (
+                f"SELECT ?, COUNT(*), SUM({native}), {digest} FROM transcript_entries "  # noqa: S608
+                "WHERE session_id = ? AND id > ? AND id <= ?"
+            )
+            params: list[Any] = []
+            for session_id, after_id in chunk:
+                params += [session_id, session_id, after_id, through_id]
+            cursor = self._run(" UNION ALL ".join([one] * len(chunk)), tuple(params))
+            self._count_fingerprint(out, cursor, strong)
+        return out
+
+    def tail_start(self, session_id: str, through_id: int, keep: int) -> int | None:
+        """The id after which a session's newest ``keep`` entries (up to ``through_id``) lie,
+        read backwards along upstream's index; None when it has no more than ``keep``."""
+        row = self._run(
+            "SELECT id FROM transcript_entries WHERE session_id = ? AND id <= ? "
+            "ORDER BY id DESC LIMIT 1 OFFSET ?",
+            (session_id, through_id, keep),
+        ).fetchone()
+        self.reads["tail_start_queries"] += 1
+        return None if row is None else int(row[0])
+
+    def _count_fingerprint(
+        self, out: dict[str, Fingerprint], cursor: sqlite3.Cursor, strong: bool
+    ) -> None:
+        try:
+            found = cursor.fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise ImportSourceError(f"{self.path} cannot be read: {exc}") from exc
+        self.reads["strong_fingerprint_queries" if strong else "fingerprint_queries"] += 1
+        for session_id, count, total, xor in found:
+            if not count:
+                continue
+            self.reads["fingerprint_rows"] += int(count)
+            out[str(session_id)] = Fingerprint(int(count), int(total or 0), int(xor or 0))
 
     def fingerprints(
         self, session_ids: Iterable[str], through_id: int, *, strong: bool = False
@@ -351,19 +425,8 @@ class SourceDatabase:
         computed inside SQLite (one aggregate query per ``CHUNK`` sessions, served by
         upstream's index on ``session_id``); ``digest`` only when ``strong`` (0 otherwise).
         A session without entries is absent."""
-        present = self.columns["transcript_entries"]
-        native = native_expression(present)
-        if strong:
-            if not self._fingerprint_ready:
-                self.conn.create_aggregate(
-                    "osq_transcript_fp", len(DIGEST_COLUMNS), _TranscriptFingerprint
-                )
-                self._fingerprint_ready = True
-            # Column names come from the constant above, never from the file.
-            args = ", ".join(c if c in present else "NULL" for c in DIGEST_COLUMNS)
-            digest = f"osq_transcript_fp({args})"
-        else:
-            digest = "0"
+        native = native_expression(self.columns["transcript_entries"])
+        digest = self._digest_sql(strong)
         ids = list(dict.fromkeys(session_ids))
         out: dict[str, Fingerprint] = {}
         for start in range(0, len(ids), CHUNK):
@@ -375,13 +438,7 @@ class SourceDatabase:
                 "GROUP BY session_id",
                 (*chunk, through_id),
             )
-            try:
-                found = cursor.fetchall()
-            except sqlite3.DatabaseError as exc:
-                raise ImportSourceError(f"{self.path} cannot be read: {exc}") from exc
-            self.reads["strong_fingerprint_queries" if strong else "fingerprint_queries"] += 1
-            for session_id, count, total, xor in found:
-                out[str(session_id)] = Fingerprint(int(count), int(total or 0), int(xor or 0))
+            self._count_fingerprint(out, cursor, strong)
         return out
 
     def receipts(self) -> Iterator[list[SourceReceipt]]:

@@ -105,6 +105,7 @@ class Follower:
         self._recent_receipts = RecentlyApplied()
         self._strong_checked: dict[str, int] = {}
         self._strong_pending: dict[str, int] = {}
+        self._strong_rows: dict[str, int] = {}
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -232,6 +233,7 @@ class Follower:
                 MirroredTranscript.objects.filter(source_id=self.source_id).delete()
                 self._strong_checked = {}
                 self._strong_pending = {}
+                self._strong_rows = {}
             if src.identity != identity:
                 src.identity = identity
                 fields.append("identity")
@@ -241,7 +243,10 @@ class Follower:
     def _digest_due(self) -> bool:
         """A touched session's digest comparison was put off and is due now (sync.py)."""
         now = now_ms()
-        return any(now - at >= sync.STRONG_CHECK_MS for at in self._strong_pending.values())
+        return any(
+            now - at >= sync.strong_interval(self._strong_rows.get(sid, 0))
+            for sid, at in self._strong_pending.items()
+        )
 
     def _note_schema(self, db: SourceDatabase) -> None:
         """A gateway upgraded under a running follower migrates the file in place: SQLite's
@@ -302,6 +307,7 @@ class Follower:
             recent_receipts=self._recent_receipts,
             strong_checked=self._strong_checked,
             strong_pending=self._strong_pending,
+            strong_rows=self._strong_rows,
         ).run(finish=self._note_passed if record else None)
         return result
 

@@ -122,11 +122,14 @@ class MirroredReceipt(models.Model):
 class MirroredTranscript(models.Model):
     """One session generation's transcript as the mirror holds it from the source, up to an
     entry id: the row count, the native sum and the XOR of the rows' digests
-    (``importer.source.Fingerprint``).
+    (``importer.source.Fingerprint``), and the same for its **tail**, the rows after
+    ``tail_from`` (its newest few dozen).
 
-    Upstream rewrites rows in place (after 0.5.3); a touched session whose fingerprint in the
-    file no longer equals this one plus what the mirror applied since has an edited (or
-    deleted) row, and only that session's entries are read again (docs/MIRROR.md).
+    Upstream rewrites rows in place (after 0.5.3); a touched session whose tail in the file no
+    longer equals the stored tail plus what the mirror applied since has an edited (or
+    deleted) recent row, and only that tail is read again; the whole session is compared on a
+    slower clock (docs/MIRROR.md, "Messages edited in place"). So a pass costs the tail's
+    length, never the session's.
     """
 
     source = models.ForeignKey(MirrorSource, on_delete=models.CASCADE, related_name="transcripts")
@@ -135,6 +138,10 @@ class MirroredTranscript(models.Model):
     entry_count = models.IntegerField(default=0)
     native = models.BigIntegerField(default=0)
     digest = models.BigIntegerField(default=0)
+    tail_from = models.BigIntegerField(default=0)
+    tail_count = models.IntegerField(default=0)
+    tail_native = models.BigIntegerField(default=0)
+    tail_digest = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [

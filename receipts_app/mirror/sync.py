@@ -44,9 +44,12 @@ from .models import (
 log = logging.getLogger("receipts_app.mirror")
 
 OVERLAP_MS = 5_000
-# How often a touched session's transcript digest (every row hashed, inside SQLite) is
-# compared; the cheap native part is compared on every pass (docs/MIRROR.md).
+# A touched session's newest TAIL_ROWS to 2 * TAIL_ROWS entries are compared on every pass
+# (upstream rewrites a streamed answer there); the whole transcript, digest included (every row
+# hashed inside SQLite), every STRONG_CHECK_MS per STRONG_ROWS entries (docs/MIRROR.md).
+TAIL_ROWS = 32
 STRONG_CHECK_MS = 10_000
+STRONG_ROWS = 10_000
 MIRROR_ACTOR = audit.Actor("opensquilla-mirror", "system")
 
 
@@ -163,12 +166,15 @@ class SyncPass:
         recent_receipts: RecentlyApplied | None = None,
         strong_checked: dict[str, int] | None = None,
         strong_pending: dict[str, int] | None = None,
+        strong_rows: dict[str, int] | None = None,
     ) -> None:
         # Kept by the follower across passes: session_id -> when its digest was last
         # compared; and the sessions whose comparison was put off (not due yet), with the
         # time of their last one, compared once due whether touched again or not.
         self.strong_checked = strong_checked if strong_checked is not None else {}
         self.strong_pending = strong_pending if strong_pending is not None else {}
+        # ...and how many entries it had then (the whole comparison's interval grows with it).
+        self.strong_rows = strong_rows if strong_rows is not None else {}
         self.recent_sessions = recent_sessions or RecentlyApplied()
         self.recent_receipts = recent_receipts or RecentlyApplied()
         self.source_id = source_id
@@ -219,13 +225,14 @@ class SyncPass:
             dict(self.recent_receipts.stamps),
             dict(self.strong_checked),
             dict(self.strong_pending),
+            dict(self.strong_rows),
         )
 
     def _restore_follower_state(self, kept: tuple[dict[str, int], ...]) -> None:
         """A pass that failed leaves the follower's memory as it was before it: what it
         remembered applying was rolled back with its transaction (the next pass, reading from
         the committed cursors, would otherwise skip those rows as already applied)."""
-        sessions, receipts, checked, pending = kept
+        sessions, receipts, checked, pending, strong_rows = kept
         self.recent_sessions.stamps = sessions
         self.recent_receipts.stamps = receipts
         # The follower holds these two dicts: change them in place.
@@ -233,6 +240,8 @@ class SyncPass:
         self.strong_checked.update(checked)
         self.strong_pending.clear()
         self.strong_pending.update(pending)
+        self.strong_rows.clear()
+        self.strong_rows.update(strong_rows)
 
     # --- the pass's transactions --------------------------------------------------------------
     #
@@ -368,13 +377,10 @@ class SyncPass:
             def apply(src: MirrorSource, batch: list[Any] = batch) -> None:
                 report = self.result.report
                 before = report.transcript_entries.created + report.transcript_entries.updated
-                rows.warn_remapped(report, rows.apply_entries(batch, report, via="mirror"))
+                rows.apply_entries(batch, report, via="mirror")
                 after = report.transcript_entries.created + report.transcript_entries.updated
                 self.result.applied += after - before
                 if after > before:
-                    # Explicit upstream ids were inserted: move PostgreSQL's sequence past them
-                    # so an entry written here meanwhile never collides.
-                    rows.reset_entry_sequence()
                     self._stamps([row.created_at for row in batch])
 
             position = self._apply(fields, position, (last_id,), apply, len(batch))
@@ -390,85 +396,135 @@ class SyncPass:
     # --- entries edited in place upstream -------------------------------------------------
 
     def _edits(self, through: int) -> None:
-        """For each touched session, compare the file's fingerprint of its entries up to
-        ``through`` (computed inside SQLite) with the stored one plus what this pass applied;
-        read again, and apply, only the entries of a session where they differ.
+        """For each touched session, compare the file's fingerprint of its **tail** (the
+        entries after the stored ``tail_from``, up to ``through``; computed inside SQLite) with
+        the stored tail plus what this pass applied; where they differ, read the tail again
+        and apply it. A pass costs the tails' lengths, never the sessions'.
 
-        The native part is asked every pass; the digest (any edit, a Python call per row)
-        at most every ``STRONG_CHECK_MS`` per session, and never for a session this pass read
-        in full (no stored fingerprint: it holds exactly what was just read)."""
+        The whole session (count, native sum and digest: any edit anywhere) is compared on a
+        slower clock, :func:`strong_interval` per session, and read again whole where it
+        differs. A session with no stored fingerprint (new, or first touched since it was
+        dropped) is compared whole once: it holds exactly what this pass applied when nothing
+        else was there."""
         now = now_ms()
-        # Sessions whose digest comparison was put off come back once it is due, touched or not.
-        due = {sid for sid, at in self.strong_pending.items() if now - at >= STRONG_CHECK_MS}
+        due = {sid for sid, at in self.strong_pending.items() if self._strong_due(sid, at, now)}
         touched = sorted(self.touched | due)
         for start in range(0, len(touched), CHUNK):
             chunk = touched[start : start + CHUNK]
             stored = {
-                t.session_id: Fingerprint(t.entry_count, t.native, t.digest)
+                t.session_id: t
                 for t in MirroredTranscript.objects.filter(
                     source_id=self.source_id, session_id__in=chunk
                 )
             }
-            actual = self.db.fingerprints(chunk, through)
-            expected: dict[str, Fingerprint] = {}
-            strong: list[str] = []
+            fresh = [sid for sid in chunk if sid not in stored]
+            whole_found = self.db.fingerprints(fresh, through) if fresh else {}
+            tails_found = self.db.tail_fingerprints(
+                {sid: stored[sid].tail_from for sid in chunk if sid in stored}, through
+            )
+            held: dict[str, HeldTranscript] = {}
+            whole_due: list[str] = []
             for session_id in chunk:
-                held = stored.get(session_id, Fingerprint()).plus(
-                    self.applied_entries.get(session_id, Fingerprint())
-                )
-                found = actual.get(session_id, Fingerprint())
-                if (found.count, found.native) != (held.count, held.native):
-                    self._reread(session_id, through)
+                applied = self.applied_entries.get(session_id, Fingerprint())
+                row = stored.get(session_id)
+                if row is None:
+                    found = whole_found.get(session_id, Fingerprint())
+                    if (found.count, found.native) != (applied.count, applied.native):
+                        self._reread(session_id, through, HeldTranscript())
+                        continue
+                    held[session_id] = HeldTranscript(applied, 0, applied)
+                    self._strong_checked_now(session_id, applied.count, now)
                     continue
-                expected[session_id] = held
+                before = HeldTranscript.of(row)
+                mine = before.plus(applied)
+                found = tails_found.get(session_id, Fingerprint())
+                if (found.count, found.native) != (mine.tail.count, mine.tail.native):
+                    self._reread(session_id, through, before)
+                    continue
+                held[session_id] = mine
                 last = self.strong_checked.get(session_id, 0)
-                if session_id not in stored:
-                    self.strong_checked[session_id] = now
-                elif now - last >= STRONG_CHECK_MS:
-                    strong.append(session_id)
+                self.strong_rows[session_id] = mine.whole.count
+                if self._strong_due(session_id, last, now):
+                    whole_due.append(session_id)
                 else:
                     self.strong_pending.setdefault(session_id, last)
-            if strong:
-                digests = self.db.fingerprints(strong, through, strong=True)
-                for session_id in strong:
-                    self.strong_checked[session_id] = now
+            if whole_due:
+                digests = self.db.fingerprints(whole_due, through, strong=True)
+                for session_id in whole_due:
                     self.strong_pending.pop(session_id, None)
-                    if digests.get(session_id, Fingerprint()) != expected[session_id]:
-                        self._reread(session_id, through)
-                        del expected[session_id]
+                    if digests.get(session_id, Fingerprint()) != held[session_id].whole:
+                        self._reread(session_id, through, HeldTranscript())
+                        del held[session_id]
+                        continue
+                    self._strong_checked_now(session_id, held[session_id].whole.count, now)
+            for session_id, kept in list(held.items()):
+                held[session_id] = self._short_tail(session_id, through, kept)
             # Only what moved is written: a session touched without a new entry keeps its row.
-            moved = {sid: fp for sid, fp in expected.items() if stored.get(sid) != fp}
+            moved = {
+                sid: kept
+                for sid, kept in held.items()
+                if sid not in stored or HeldTranscript.of(stored[sid]) != kept
+            }
             if moved:
 
-                def keep(src: MirrorSource, held: dict[str, Fingerprint] = moved) -> None:
-                    _store_fingerprints(src, through, held)
+                def keep(src: MirrorSource, found: dict[str, HeldTranscript] = moved) -> None:
+                    _store_fingerprints(src, through, found)
 
                 self._apply(("entries_id",), (through,), (through,), keep)
         # A session not in the map is due: forgetting the old stamps changes nothing.
-        horizon = now_ms() - STRONG_CHECK_MS
-        for session_id in [k for k, v in self.strong_checked.items() if v < horizon]:
+        for session_id in [
+            k for k, v in self.strong_checked.items() if self._strong_due(k, v, now_ms())
+        ]:
             del self.strong_checked[session_id]
+            if session_id not in self.strong_pending:
+                self.strong_rows.pop(session_id, None)
 
-    def _reread(self, session_id: str, through: int) -> None:
+    def _strong_due(self, session_id: str, last: int, now: int) -> bool:
+        return now - last >= strong_interval(self.strong_rows.get(session_id, 0))
+
+    def _strong_checked_now(self, session_id: str, rows: int, now: int) -> None:
+        self.strong_checked[session_id] = now
+        self.strong_rows[session_id] = rows
+        self.strong_pending.pop(session_id, None)
+
+    def _short_tail(self, session_id: str, through: int, kept: HeldTranscript) -> HeldTranscript:
+        """A tail grown past ``2 * TAIL_ROWS`` starts again at the newest ``TAIL_ROWS``: its
+        boundary moves up and its fingerprint is read for those rows (digest included), so the
+        tail stays a few dozen rows however long the session grows."""
+        if kept.tail.count <= 2 * TAIL_ROWS:
+            return kept
+        boundary = self.db.tail_start(session_id, through, TAIL_ROWS)
+        if boundary is None or boundary <= kept.tail_from:
+            return kept
+        tail = self.db.tail_fingerprints({session_id: boundary}, through, strong=True)
+        return HeldTranscript(kept.whole, boundary, tail.get(session_id, Fingerprint()))
+
+    def _reread(self, session_id: str, through: int, before: HeldTranscript) -> None:
+        """Read a session's entries after ``before.tail_from`` again and apply them (all of them
+        for an empty ``before``); what is stored is the untouched head plus what was read."""
+
         def apply(src: MirrorSource) -> None:
             report = self.result.report
-            before = report.transcript_entries.created + report.transcript_entries.updated
+            counts = report.transcript_entries
+            created_or_updated = counts.created + counts.updated
             seen = Fingerprint()
-            for batch in self.db.entries_of_session(session_id, through):
-                rows.warn_remapped(report, rows.apply_entries(batch, report, via="mirror"))
+            for batch in self.db.entries_of_session(session_id, through, before.tail_from):
+                rows.apply_entries(batch, report, via="mirror")
                 seen = seen.plus(Fingerprint.of(batch))
-            after = report.transcript_entries.created + report.transcript_entries.updated
-            self.result.applied += after - before
+            self.result.applied += counts.created + counts.updated - created_or_updated
             self.result.edited_sessions += 1
-            if after > before:
-                rows.reset_entry_sequence()
             # What was just read, not a second look at the file: an edit committed meanwhile
             # is found by the next pass.
-            _store_fingerprints(src, through, {session_id: seen})
+            head = before.whole.minus(before.tail)
+            found = HeldTranscript(head.plus(seen), before.tail_from, seen)
+            found = self._short_tail(session_id, through, found)
+            _store_fingerprints(src, through, {session_id: found})
+            read[session_id] = found.whole.count
 
+        read: dict[str, int] = {}
         self._apply(("entries_id",), (through,), (through,), apply)
-        self.strong_checked[session_id] = now_ms()
-        self.strong_pending.pop(session_id, None)
+        if not before.tail_from:  # the whole session was read: it holds what the file has
+            self._strong_checked_now(session_id, read[session_id], now_ms())
 
     # --- receipts -------------------------------------------------------------------------
 
@@ -615,22 +671,64 @@ def _mirror_rule(
     return decide
 
 
-def _store_fingerprints(src: MirrorSource, through: int, found: dict[str, Fingerprint]) -> None:
+@dataclass(frozen=True)
+class HeldTranscript:
+    """What the mirror holds of one session generation: the whole transcript's fingerprint and
+    its tail's (the rows after ``tail_from``)."""
+
+    whole: Fingerprint = field(default_factory=Fingerprint)
+    tail_from: int = 0
+    tail: Fingerprint = field(default_factory=Fingerprint)
+
+    @classmethod
+    def of(cls, row: MirroredTranscript) -> HeldTranscript:
+        return cls(
+            Fingerprint(row.entry_count, row.native, row.digest),
+            row.tail_from,
+            Fingerprint(row.tail_count, row.tail_native, row.tail_digest),
+        )
+
+    def plus(self, applied: Fingerprint) -> HeldTranscript:
+        """With entries applied after it: they are newer than every held row, so in the tail."""
+        return HeldTranscript(self.whole.plus(applied), self.tail_from, self.tail.plus(applied))
+
+
+def strong_interval(rows: int) -> float:
+    """How often a session's whole transcript is compared (digest included): every
+    ``STRONG_CHECK_MS`` per ``STRONG_ROWS`` entries, so its cost, amortised over the passes,
+    stays the same however long the session grows."""
+    return STRONG_CHECK_MS * max(1.0, rows / STRONG_ROWS)
+
+
+def _store_fingerprints(src: MirrorSource, through: int, found: dict[str, HeldTranscript]) -> None:
     MirroredTranscript.objects.bulk_create(
         [
             MirroredTranscript(
                 source=src,
                 session_id=session_id,
                 through_id=through,
-                entry_count=fp.count,
-                native=fp.native,
-                digest=fp.digest,
+                entry_count=held.whole.count,
+                native=held.whole.native,
+                digest=held.whole.digest,
+                tail_from=held.tail_from,
+                tail_count=held.tail.count,
+                tail_native=held.tail.native,
+                tail_digest=held.tail.digest,
             )
-            for session_id, fp in found.items()
+            for session_id, held in found.items()
         ],
         update_conflicts=True,
         unique_fields=["source", "session_id"],
-        update_fields=["through_id", "entry_count", "native", "digest"],
+        update_fields=[
+            "through_id",
+            "entry_count",
+            "native",
+            "digest",
+            "tail_from",
+            "tail_count",
+            "tail_native",
+            "tail_digest",
+        ],
         batch_size=500,
     )
 

@@ -330,7 +330,7 @@ def test_a_conflicting_local_file_is_kept_not_replaced(golden, target):
     assert mine.read_text() == "local bytes\n"
 
 
-def test_taken_transcript_ids_are_remapped_and_reported(golden, target):
+def test_an_id_of_ours_taken_locally_renumbers_nothing_imported(golden, target):
     session = make_session("agent:main:webchat:local")
     entry = append_message(session.session_key, role="user", content="mine")
     TranscriptEntry.objects.filter(pk=entry.pk).update(id=5)
@@ -338,10 +338,16 @@ def test_taken_transcript_ids_are_remapped_and_reported(golden, target):
     report = run(golden)
 
     assert report.transcript_entries.created == 140
-    assert report.remapped_entry_ids == 1
     assert TranscriptEntry.objects.get(id=5).content == "mine"
-    assert any("agent:main:webchat:s1-0" in w for w in report.warnings)
-    # A second run finds the remapped entry by its message id instead of duplicating it.
+    # The imported entry 5 keeps its own id (under an id of ours), so s1-0 stays covered.
+    imported = TranscriptEntry.objects.exclude(id=5)
+    assert sorted(imported.values_list("gateway_entry_id", flat=True)) == list(range(1, 141))
+    covering, _ = current_checkpoint_coverage(
+        Session.objects.get(session_key="agent:main:webchat:s1-0")
+    )
+    assert covering is not None and covering.coverage_turn_id == "through-8"
+    assert not any("new ids" in w for w in report.warnings)
+    # A second run finds every entry again instead of duplicating it.
     again = run(golden)
     assert again.transcript_entries.unchanged == 140 and again.transcript_entries.created == 0
 

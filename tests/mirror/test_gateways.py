@@ -76,8 +76,12 @@ def test_two_overlapping_gateways_import_side_by_side(two_dbs, tmp_path, setting
         assert report.receipts.created == RECEIPTS and report.receipts.skipped == 0
         assert report.transcript_entries.created == RECEIPTS
         assert not any("kept over imported" in w for w in report.warnings)
-    # Entry ids 1..N are taken by the first gateway: the second's get new ones, recorded.
-    assert second.remapped_entry_ids == RECEIPTS
+    # Entry ids 1..N of both: each gateway's keep theirs, under ids of ours.
+    for name in ("host-a", "host-b"):
+        own = TranscriptEntry.objects.filter(gateway_id=name).values_list(
+            "gateway_entry_id", flat=True
+        )
+        assert sorted(own) == list(range(1, RECEIPTS + 1))
 
     session_a, receipts_a = _gateway_rows("host-a")
     session_b, receipts_b = _gateway_rows("host-b")
@@ -163,44 +167,30 @@ def test_configured_sources_are_named_gateways():
             parse_sources(bad)
 
 
-def test_an_entry_id_taken_by_another_gateway_after_the_check_gets_a_new_one():
-    """Two followers insert upstream ids at once: the one that loses the race for an id is not
-    an error that rolls its pass back; its entry gets a new id, and the winner keeps its row."""
+def test_two_gateways_entries_with_one_own_id_are_stored_side_by_side():
+    """Two followers insert entries with the same own id at once: ids of ours are drawn by the
+    database, so nothing competes, and each entry keeps the id its gateway gave it."""
     from receipts_app.importer.rows import insert_entries
 
-    with using_gateway("b"):
-        Gateway.objects.get_or_create(name="b", defaults={"display_name": "b"})
-        session_services.create_session(KEY)
-        session_id = Session.objects.get(session_key=KEY).session_id
-        winner = TranscriptEntry(
-            id=7,
-            session_id=session_id,
-            session_key=KEY,
-            message_id="b-7",
-            role="user",
-            content="b's",
-            created_at=1,
-        )
-        assert insert_entries([winner]) == []
-    late = TranscriptEntry(
-        id=7,
-        session_id="a-session",
-        session_key=KEY,
-        message_id="a-7",
-        role="user",
-        content="a's",
-        created_at=1,
-    )
-    free = TranscriptEntry(
-        id=8,
-        session_id="a-session",
-        session_key=KEY,
-        message_id="a-8",
-        role="user",
-        content="a's too",
-        created_at=1,
-    )
-    assert insert_entries([late, free]) == [late]  # given back for a new id
-    assert late.id is None
-    assert TranscriptEntry._base_manager.get(id=7).content == "b's"
-    assert TranscriptEntry._base_manager.get(id=8).gateway_id == "local"
+    for name in ("a", "b"):
+        Gateway.objects.get_or_create(name=name, defaults={"display_name": name})
+        with using_gateway(name):
+            insert_entries(
+                [
+                    TranscriptEntry(
+                        gateway_entry_id=7,
+                        session_id=f"{name}-session",
+                        session_key=KEY,
+                        message_id=f"{name}-7",
+                        role="user",
+                        content=f"{name}'s",
+                        created_at=1,
+                    )
+                ]
+            )
+    stored = {e.gateway_id: e for e in TranscriptEntry.objects.filter(gateway_entry_id=7)}
+    assert {name: (e.own_id, e.content) for name, e in stored.items()} == {
+        "a": (7, "a's"),
+        "b": (7, "b's"),
+    }
+    assert stored["a"].pk != stored["b"].pk

@@ -45,6 +45,7 @@ from tests.operations.receivers import http_receiver
 from tests.operations.test_metrics import scrape
 from tests.worker.conftest import BROKER_IS_REDIS, wait_for, worker_database_url
 
+from .own_ledger import own_coverage
 from .test_reference_writer import WRITER, ref_python  # noqa: F401
 
 pytestmark = [
@@ -187,6 +188,10 @@ def test_two_real_gateways_with_overlapping_keys_stay_apart_on_every_surface(
         ]
         page = viewer_client.get(f"/sessions/s/{KEY}?gateway={name}").content.decode()
         assert plan["text"] in page and GATEWAYS[other]["text"] not in page
+        # Both start their entry ids at 1: each keeps its own, and its coverage is its own.
+        assert [e["id"] for e in transcript["items"]] == list(range(1, plan["messages"] + 1))
+        coverage = reader.get(f"/sessions/{KEY}/coverage", {"gateway": name}).json()
+        assert coverage["covered"] is own_coverage(dbs[name])[KEY]
     assert sorted(s["gateway"] for s in reader.get("/sessions").json()["items"]) == ["a", "b"]
 
     # --- receipts: each gateway's own rows, statuses, reasons and counts -------------------

@@ -124,7 +124,8 @@ def ours() -> dict:
             )
         },
         "sessions": set(Session.objects.values_list("session_key", flat=True)),
-        "entry_ids": set(TranscriptEntry.objects.values_list("id", flat=True)),
+        # Each entry under its own id, as upstream numbered it (ids of ours are a surrogate).
+        "entry_ids": set(TranscriptEntry.objects.values_list("gateway_entry_id", flat=True)),
     }
 
 
