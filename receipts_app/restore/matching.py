@@ -68,7 +68,11 @@ def transcript_entry_id(entry: Any) -> int:
     (``through-<id>``) and hash (``coverage_hash``). The one place that says which column
     that is; a pre-image row (``PreimageEntry``) already carries its original id as ``id``."""
     original = getattr(entry, "original_entry_id", None)
-    return int(original if original is not None else entry.id)
+    if original is not None:
+        return int(original)
+    # A transcript entry: its gateway's own id (TranscriptEntry.own_id, the one rule).
+    own = getattr(entry, "own_id", None)
+    return int(own if own is not None else entry.id)
 
 
 def transcript_entry_ref(entry: Any) -> str:
