@@ -27,6 +27,7 @@ never acknowledged to the broker: a worker killed mid-task loses its message, an
 from __future__ import annotations
 
 import datetime
+import json
 import sqlite3
 import threading
 from pathlib import Path
@@ -150,6 +151,27 @@ def queue_depths(url: str) -> dict[str, int]:
         except sqlite3.OperationalError:
             return {}  # no tables yet: nothing was ever published
     return {str(name): int(count) for name, count in rows}
+
+
+def waiting_task_ids(url: str, queues: list[str]) -> set[str]:
+    """The task ids of the messages waiting (visible rows) in ``queues``."""
+    if not queues:
+        return set()
+    try:
+        with _connect(url) as db:
+            rows = db.execute(
+                "SELECT json_extract(m.payload, '$.headers.id') FROM kombu_message m "
+                "JOIN kombu_queue q ON q.id = m.queue_id "
+                "WHERE q.name IN (SELECT value FROM json_each(?)) AND m.visible = 1",
+                (json.dumps(queues),),
+            ).fetchall()
+    except FileNotFoundError:
+        return set()  # never published to
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return set()
+        raise
+    return {str(task_id) for (task_id,) in rows if task_id}
 
 
 def check(url: str) -> str:

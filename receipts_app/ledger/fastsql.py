@@ -174,7 +174,9 @@ def upsert(values: dict[str, Any], stamp: int) -> MemoryDurableReceipt:
         found = cur.fetchone()
         if prior is not None and prior[0] != found[_READ_AT["status"]]:
             execute(
-                cur, _EVENT_INSERT, event_params(found, prior[0], stamp, _actor_params(), _UPSERT_DETAILS)
+                cur,
+                _EVENT_INSERT,
+                event_params(found, prior[0], stamp, _actor_params(), _UPSERT_DETAILS),
             )
         return to_model(found)
 
@@ -215,9 +217,7 @@ def update(receipt_id: str, fields: dict[str, Any], stamp: int) -> MemoryDurable
     sql = _update_sql(names, connection.vendor, audited)
     with cursor() as cur:
         if is_postgres():
-            params = pg_update_params(
-                receipt_id, values, stamp, _actor_params(), audited=audited
-            )
+            params = pg_update_params(receipt_id, values, stamp, _actor_params(), audited=audited)
             execute(cur, sql, params)
             found = cur.fetchone()
             return None if found is None else to_model(found)
@@ -229,7 +229,9 @@ def update(receipt_id: str, fields: dict[str, Any], stamp: int) -> MemoryDurable
         found = cur.fetchone()
         if audited and prior[0] != found[_READ_AT["status"]]:
             execute(
-                cur, _EVENT_INSERT, event_params(found, prior[0], stamp, _actor_params(), _UPDATE_DETAILS)
+                cur,
+                _EVENT_INSERT,
+                event_params(found, prior[0], stamp, _actor_params(), _UPDATE_DETAILS),
             )
         return to_model(found)
 
