@@ -36,6 +36,10 @@ NOOP = "bench.embedded_broker.noop"
 QUEUE = "bench-embedded"
 WORKER_ENV = "OPENSQUILLA_BENCH_EMBEDDED_WORKER"
 ACTOR = ("bench", "cli")
+# The goals (issue 28): one worker process takes at least this many trivial tasks a second,
+# and a bulk requeue of 1,000 receipts on the embedded default is done within this.
+GOAL_TASKS_PER_S = 100
+GOAL_REQUEUE_S = 60
 
 # Imported by the bench's own worker (``celery -A bench.embedded_broker``): the project's app
 # with one task that does nothing, so the figure is the broker's cost and the worker's alone.
@@ -239,7 +243,14 @@ def main() -> None:
     args = parser.parse_args()
 
     url = prepare()
-    result: dict = {"machine": wl.machine_info(), "versions": djbench.versions()}
+    result: dict = {
+        "kind": "embedded_broker",
+        "command": " ".join(["bench/embedded_broker.py", *sys.argv[1:]]),
+        "machine": wl.machine_info(),
+        "versions": djbench.versions(),
+        "load_before": os.getloadavg()[0],
+        "goals": {"trivial_tasks_per_s": GOAL_TASKS_PER_S, "requeue_1000_s": GOAL_REQUEUE_S},
+    }
     if args.tasks:
         run = trivial(url, args.tasks, args.timeout)
         result["trivial"] = run
@@ -255,6 +266,7 @@ def main() -> None:
             f"{run['wall_s']} s = {run['receipts_per_s']} receipts/s (one worker, 2 children); "
             f"{run['outbox_left']} messages left in the outbox"
         )
+    result["load_after"] = os.getloadavg()[0]
     print(f"wrote {wl.write_result(args.name, result)}")
 
 
