@@ -173,12 +173,13 @@ def upsert(values: dict[str, Any], stamp: int) -> MemoryDurableReceipt:
         execute(cur, _SQLITE_UPSERT, write_values(values))
         found = cur.fetchone()
         if prior is not None and prior[0] != found[_READ_AT["status"]]:
-            execute(
-                cur,
-                _EVENT_INSERT,
-                event_params(found, prior[0], stamp, _actor_params(), _UPSERT_DETAILS),
-            )
+            _sqlite_event(cur, found, prior[0], stamp, _UPSERT_DETAILS)
         return to_model(found)
+
+
+def _sqlite_event(cur: Any, row: Sequence[Any], prior: str, stamp: int, details: str) -> None:
+    """The status_change event of a stored row (``READ_COLUMNS`` order), on SQLite."""
+    execute(cur, _EVENT_INSERT, event_params(row, prior, stamp, _actor_params(), details))
 
 
 # --- update ---------------------------------------------------------------------------------
@@ -228,11 +229,7 @@ def update(receipt_id: str, fields: dict[str, Any], stamp: int) -> MemoryDurable
         execute(cur, sql, [*values, receipt_id])
         found = cur.fetchone()
         if audited and prior[0] != found[_READ_AT["status"]]:
-            execute(
-                cur,
-                _EVENT_INSERT,
-                event_params(found, prior[0], stamp, _actor_params(), _UPDATE_DETAILS),
-            )
+            _sqlite_event(cur, found, prior[0], stamp, _UPDATE_DETAILS)
         return to_model(found)
 
 
