@@ -16,12 +16,18 @@ $(BIN)/python:
 install: $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[dev]"
 
-# Debian's Chromium for the browser tests (Playwright cannot download browsers here).
+# Debian's Chromium for the browser tests (Playwright cannot download browsers here), and wrk
+# for the API load benches (run at a tiny size by tests/bench).
 system-deps:
 	@if [ ! -x /usr/bin/chromium ]; then \
 	  if [ "$$(id -u)" = "0" ]; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "chromium missing: run 'sudo apt-get install chromium' (browser tests will skip)"; fi; \
+	fi
+	@if ! command -v wrk >/dev/null; then \
+	  if [ "$$(id -u)" = "0" ]; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; \
+	  else echo "wrk missing: run 'sudo apt-get install wrk' (the API load benches' smoke runs skip)"; fi; \
 	fi
 
 migrate: install

@@ -130,18 +130,31 @@ def bulk_seed(rows: Iterable[dict], *, batch: int = 20_000) -> int:
     from django.db import connection, transaction
 
     count = 0
-    cols = ", ".join(SEED_COLUMNS)
+    columns = SEED_COLUMNS
+    with connection.cursor() as cur:
+        names = {c.name for c in connection.introspection.get_table_description(cur, TABLE)}
+    if "gateway_id" in names:
+        # A ledger past the gateway migrations (gateway_migration.py seeds one before them):
+        # every seeded row is local's unless the row names its gateway.
+        columns = (*SEED_COLUMNS, "gateway_id")
+        rows = ({"gateway_id": "local", **row} for row in rows)
+    cols = ", ".join(columns)
+
+    def seed_row(row: dict) -> tuple:
+        base = seed_tuple(row)
+        return (*base, row["gateway_id"]) if len(columns) > len(SEED_COLUMNS) else base
+
     if connection.vendor == "postgresql":
         with transaction.atomic(), connection.cursor() as cur:
             raw = cur.cursor  # the psycopg cursor under Django's wrapper
             with raw.copy(f"COPY {TABLE} ({cols}) FROM STDIN") as copy:
                 for row in rows:
-                    copy.write_row(seed_tuple(row))
+                    copy.write_row(seed_row(row))
                     count += 1
         with connection.cursor() as cur:
             cur.execute(f"ANALYZE {TABLE}")
         return count
-    marks = ", ".join("%s" for _ in SEED_COLUMNS)
+    marks = ", ".join("%s" for _ in columns)
     sql = f"INSERT INTO {TABLE} ({cols}) VALUES ({marks})"
     with connection.cursor() as cur:
         # A page cache that holds the indexes being filled: set-up speed only (the default
@@ -150,7 +163,7 @@ def bulk_seed(rows: Iterable[dict], *, batch: int = 20_000) -> int:
     with transaction.atomic(), connection.cursor() as cur:
         pending: list[tuple] = []
         for row in rows:
-            pending.append(seed_tuple(row))
+            pending.append(seed_row(row))
             if len(pending) >= batch:
                 cur.executemany(sql, pending)
                 count += len(pending)

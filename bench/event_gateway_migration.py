@@ -89,11 +89,11 @@ def seed(receipts: int, events: int) -> None:
 def second_gateway() -> None:
     from django.db import connection, transaction
 
+    from sessions_app.gateways import ensure_gateway
+
     with transaction.atomic(), connection.cursor() as cur:
-        cur.execute(
-            "INSERT INTO sessions_app_gateway (name, display_name, source, opensquilla_version, "
-            "schema_version, created_at) VALUES ('edge', 'edge', '', '', '', 0)"
-        )
+        # sessions_app is at its latest migration here: the gateway row as the app writes it.
+        ensure_gateway("edge")
         cur.execute(f"UPDATE {djbench.TABLE} SET gateway_id = 'edge' WHERE id %% 10 = 0", [])
         cur.execute("UPDATE sessions_app_session SET gateway_id = 'edge' WHERE id %% 10 = 0", [])
 

@@ -96,7 +96,9 @@ def wait_initial(timeout: float) -> float:
     raise SystemExit("the follower did not finish its initial pass in time")
 
 
-def measure_lag(rate: float, seconds: float, env: dict[str, str]) -> dict:
+def measure_lag(
+    rate: float, seconds: float, env: dict[str, str], idle_seconds: float = 30.0
+) -> dict:
     from receipts_app.models import MemoryDurableReceipt
 
     source = OUT / "live" / "sessions.db"
@@ -148,7 +150,7 @@ def measure_lag(rate: float, seconds: float, env: dict[str, str]) -> dict:
         writer.wait(timeout=60)
         achieved = count / max(0.001, (max(committed.values()) - min(committed.values())) / 1000)
         lags = [(seen[k] - committed[k]) / 1000 for k in seen]
-        idle = measure_idle(follower, 30.0)
+        idle = measure_idle(follower, idle_seconds)
         return {
             "writes": count,
             "achieved_rate_per_s": round(achieved, 1),
@@ -249,6 +251,7 @@ def main() -> None:
     parser.add_argument("--import-receipts", type=int, default=100_000)
     parser.add_argument("--entries-per-receipt", type=int, default=5)
     parser.add_argument("--skip-import", action="store_true")
+    parser.add_argument("--idle-seconds", type=float, default=30.0)
     args = parser.parse_args()
     if not REF_PYTHON.exists():
         subprocess.run(["bash", str(ROOT / "bench" / "reference_venv.sh")], check=True)  # noqa: S607
@@ -271,7 +274,7 @@ def main() -> None:
     from receipts_app.mirror.models import MirrorSource
 
     results: dict = {"database": url.split(":", 1)[0], "cores": os.cpu_count()}
-    results["lag"] = measure_lag(args.rate, args.seconds, env)
+    results["lag"] = measure_lag(args.rate, args.seconds, env, args.idle_seconds)
     print(json.dumps(results["lag"]), flush=True)
     if not args.skip_import:
         MirrorSource.objects.all().delete()

@@ -22,9 +22,13 @@ import workload as wl  # noqa: E402
 
 T = "receipts_app_memorydurablereceipt"
 EV = "receipts_app_receiptevent"
-COLS = (*wl.RECEIPT_COLUMNS, "agent_id", "resolved_by_receipt_id")
-UPDATE_COLS = [c for c in COLS if c not in ("receipt_id", "idempotency_key", "created_at")]
-EV_COLS = "receipt_id, session_key, created_at, actor, surface, action, from_status, to_status, reason, details"
+# Every row is local's: the ledger is keyed by (gateway, idempotency key) since the gateways.
+COLS = (*wl.RECEIPT_COLUMNS, "agent_id", "resolved_by_receipt_id", "gateway_id")
+UPDATE_COLS = [
+    c for c in COLS if c not in ("receipt_id", "idempotency_key", "created_at", "gateway_id")
+]
+EV_COLS = "receipt_id, session_key, gateway_id, created_at, actor, surface, action, from_status, to_status, reason, details"
+KEY = "gateway_id = 'local' AND idempotency_key"
 
 
 def _row_values(row: dict) -> list:
@@ -34,6 +38,7 @@ def _row_values(row: dict) -> list:
         *(row[c] for c in wl.RECEIPT_COLUMNS),
         agent_id_for_session_key(row["session_key"]) or "",
         None,
+        "local",
     ]
 
 
@@ -49,27 +54,27 @@ def raw_upsert(vendor: str, row: dict) -> tuple:
     with transaction.atomic(), connection.cursor() as cur:
         if vendor == "postgresql":
             cur.execute(
-                f"WITH prior AS (SELECT status FROM {T} WHERE idempotency_key = %s FOR UPDATE), "
+                f"WITH prior AS (SELECT status FROM {T} WHERE {KEY} = %s FOR UPDATE), "
                 f"up AS (INSERT INTO {T} ({', '.join(COLS)}) VALUES ({marks}) "
-                f"ON CONFLICT (idempotency_key) DO UPDATE SET {sets} RETURNING *), "
-                f"ev AS (INSERT INTO {EV} ({EV_COLS}) SELECT up.receipt_id, up.session_key, "
+                f"ON CONFLICT (gateway_id, idempotency_key) DO UPDATE SET {sets} RETURNING *), "
+                f"ev AS (INSERT INTO {EV} ({EV_COLS}) SELECT up.receipt_id, up.session_key, 'local', "
                 f"up.updated_at, 'system', 'system', 'status_change', prior.status, up.status, "
                 f'up.reason, \'{{"via": "upsert"}}\'::jsonb FROM up, prior '
                 f"WHERE prior.status IS DISTINCT FROM up.status) SELECT * FROM up",
                 [row["idempotency_key"], *values],
             )
             return cur.fetchone()
-        cur.execute(f"SELECT status FROM {T} WHERE idempotency_key = %s", [row["idempotency_key"]])
+        cur.execute(f"SELECT status FROM {T} WHERE {KEY} = %s", [row["idempotency_key"]])
         prior = cur.fetchone()
         cur.execute(
             f"INSERT INTO {T} ({', '.join(COLS)}) VALUES ({marks}) "
-            f"ON CONFLICT (idempotency_key) DO UPDATE SET {sets} RETURNING *",
+            f"ON CONFLICT (gateway_id, idempotency_key) DO UPDATE SET {sets} RETURNING *",
             values,
         )
         stored = cur.fetchone()
         if prior is not None and prior[0] != row["status"]:
             cur.execute(
-                f"INSERT INTO {EV} ({EV_COLS}) VALUES (%s, %s, %s, 'system', 'system', "
+                f"INSERT INTO {EV} ({EV_COLS}) VALUES (%s, %s, 'local', %s, 'system', 'system', "
                 "'status_change', %s, %s, %s, '{\"via\": \"upsert\"}')",
                 [
                     stored[[d[0] for d in cur.description].index("receipt_id")],
@@ -97,7 +102,7 @@ def raw_update(vendor: str, receipt_id: str, **fields) -> tuple:
                 f"WITH prior AS (SELECT id, status FROM {T} WHERE receipt_id = %s FOR UPDATE), "
                 f"upd AS (UPDATE {T} t SET {sets} FROM prior WHERE t.id = prior.id "
                 f"RETURNING t.*, prior.status AS prior_status), "
-                f"ev AS (INSERT INTO {EV} ({EV_COLS}) SELECT receipt_id, session_key, updated_at, "
+                f"ev AS (INSERT INTO {EV} ({EV_COLS}) SELECT receipt_id, session_key, gateway_id, updated_at, "
                 f"'system', 'system', 'status_change', prior_status, status, reason, '{{}}'::jsonb "
                 f"FROM upd WHERE prior_status IS DISTINCT FROM status) SELECT * FROM upd",
                 [receipt_id, *fields.values()],
@@ -116,7 +121,7 @@ def raw_update(vendor: str, receipt_id: str, **fields) -> tuple:
             row = cur.fetchone()
             if "status" in fields and prior[0] != fields["status"]:
                 cur.execute(
-                    f"INSERT INTO {EV} ({EV_COLS}) VALUES (%s, %s, %s, 'system', 'system', "
+                    f"INSERT INTO {EV} ({EV_COLS}) VALUES (%s, %s, 'local', %s, 'system', 'system', "
                     "'status_change', %s, %s, %s, '{}')",
                     [
                         receipt_id,

@@ -4,7 +4,7 @@
     .venv/bin/python bench/run_all.py --quick    # smoke sizes
     .venv/bin/python bench/run_all.py --only scale,workers
 
-A benchmark that fails is reported as such; the others still run. docs/PERFORMANCE.md is
+A benchmark that fails is reported as such; the others still run, and the run exits 1. docs/PERFORMANCE.md is
 rendered by bench/report.py from the results kept in bench/results/ (``--adopt``), not from
 whatever ran last.
 """
@@ -39,7 +39,7 @@ BENCHES = (
 )
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", default=",".join(BENCHES))
@@ -83,7 +83,11 @@ def main() -> None:
         "results in var/bench/; put a run on docs/PERFORMANCE.md with "
         "bench/report.py --adopt var/bench/<name>.json"
     )
+    failed = [name for name, run in runs.items() if run["exit_code"] != 0 and name in args.only]
+    if failed:
+        print(f"failed: {', '.join(failed)}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

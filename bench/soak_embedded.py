@@ -484,7 +484,13 @@ def pending(stack: Stack, accepted: Accepted) -> tuple[list[str], list[str]]:
 
 
 def soak(
-    minutes: float, rate: float, drain_minutes: float, root: Path, save: Path | None = None
+    minutes: float,
+    rate: float,
+    drain_minutes: float,
+    root: Path,
+    save: Path | None = None,
+    *,
+    kills: bool = True,
 ) -> int:
     stack = Stack(root)
     print(f"soak: {minutes:g} min at {rate:g} iterations/s, stack in {root}", flush=True)
@@ -508,13 +514,15 @@ def soak(
         # needs the longest to come back); web twice: one gunicorn master (the process the
         # supervisor runs, what a crash or the OOM killer ends) and, later, one gunicorn worker.
         names = ("worker", "beat", "mirror", "web", "web worker")
-        schedule = dict(zip(names, (0.15, 0.3, 0.45, 0.6, 0.8), strict=True))
-        kills: dict[str, float] = {}
+        # Without kills (--no-kills: the suite's smoke run, too short for lost work to come
+        # back), only the load.
+        schedule = dict(zip(names, (0.15, 0.3, 0.45, 0.6, 0.8), strict=True)) if kills else {}
+        killed: dict[str, float] = {}
         web_workers_before = 0
         while time.monotonic() - started < duration:
             elapsed = time.monotonic() - started
             for name, at in schedule.items():
-                if name not in kills and elapsed >= at * duration:
+                if name not in killed and elapsed >= at * duration:
                     if not stack.running(name.split()[0]):
                         continue  # still coming back from an earlier kill: wait for it
                     if name == "worker":
@@ -524,7 +532,7 @@ def soak(
                         pid = kill_web_worker(stack, answers)
                     else:
                         pid = stack.kill(name)
-                    kills[name] = elapsed
+                    killed[name] = elapsed
                     print(f"soak: {elapsed:6.0f} s  kill -9 {name} (pid {pid})", flush=True)
             if stack.process is not None and stack.process.poll() is not None:
                 print("soak: the stack itself exited", flush=True)
@@ -564,7 +572,7 @@ def soak(
         f"; all done {drained:.0f} s after the load stopped"
     )
     print(f"sent again          {resent} (by the outbox sweep, after a kill or a failed publish)")
-    print(f"processes killed    {', '.join(f'{n} at {t:.0f} s' for n, t in kills.items())}")
+    print(f"processes killed    {', '.join(f'{n} at {t:.0f} s' for n, t in killed.items())}")
     print(
         f"processes restarted {sum(restarts.values())} "
         f"({', '.join(f'{n} {c}' for n, c in restarts.items())})"
@@ -596,7 +604,7 @@ def soak(
         "lost": lost,
         "drained_s": round(drained, 1),
         "sent_again": resent,
-        "killed_at_s": {n: round(t) for n, t in kills.items()},
+        "killed_at_s": {n: round(t) for n, t in killed.items()},
         "restarts": restarts,
         "web_workers_before_after": [web_workers_before, web_workers_after],
         "probes": answers.probes,
@@ -633,10 +641,15 @@ def main() -> int:
     parser.add_argument(
         "--save", type=Path, default=None, help="also write the figures (JSON) to this file"
     )
+    parser.add_argument(
+        "--no-kills", action="store_true", help="load only, no process killed (smoke runs)"
+    )
     args = parser.parse_args()
     root = args.root or REPO / "var" / f"soak-{time.strftime('%Y%m%d-%H%M%S')}"
     root.mkdir(parents=True, exist_ok=True)
-    return soak(args.minutes, args.rate, args.drain_minutes, root, args.save)
+    return soak(
+        args.minutes, args.rate, args.drain_minutes, root, args.save, kills=not args.no_kills
+    )
 
 
 if __name__ == "__main__":

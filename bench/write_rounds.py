@@ -257,13 +257,11 @@ def child_raw(tree: Path, url: str, n: int, sqlite_sync: str) -> dict:
     stamp = wl.BASE_MS
     update_fields = ("status", "reason", "attempt_count", "updated_at")
     status_at = fastsql.READ_COLUMNS.index("status")
-    rid_at = fastsql.READ_COLUMNS.index("receipt_id")
-    key_at = fastsql.READ_COLUMNS.index("session_key")
-    reason_at = fastsql.READ_COLUMNS.index("reason")
 
-    def upsert_params(r: dict) -> tuple[list, str]:
-        values = _prepare_for_write(MemoryDurableReceipt(**r), stamp)
-        return fastsql.write_values(values), values["idempotency_key"]
+    # Each write's statement parameters come from the ledger's own builders (fastsql), so the
+    # bench follows the statements as they change.
+    def upsert_params(r: dict) -> dict:
+        return _prepare_for_write(MemoryDurableReceipt(**r), stamp)
 
     distinct = [upsert_params(r) for r in rows(n)]
     conflicts = [upsert_params(conflict_row(i, n)) for i in range(n)]
@@ -282,31 +280,21 @@ def child_raw(tree: Path, url: str, n: int, sqlite_sync: str) -> dict:
         upsert_sql = fastsql._SQLITE_UPSERT.replace("%s", "?")
         event_sql = fastsql._EVENT_INSERT.replace("%s", "?")
         update_sql = fastsql._update_sql(update_fields, "sqlite", True).replace("%s", "?")
-        prior_by_id = f"SELECT status FROM {fastsql.T} WHERE receipt_id = ?"
+        prior_by_id = fastsql._SQLITE_PRIOR_BY_ID.replace("%s", "?")
         execute = con.execute
+        sqlite_params = [(fastsql.write_values(v), fastsql.prior_key(v)) for v in distinct]
+        sqlite_conflicts = [(fastsql.write_values(v), fastsql.prior_key(v)) for v in conflicts]
 
-        def event(row: tuple, prior: str, details: str) -> None:
-            execute(
-                event_sql,
-                [
-                    row[rid_at],
-                    row[key_at],
-                    stamp,
-                    *actor,
-                    prior,
-                    row[status_at],
-                    row[reason_at],
-                    details,
-                ],
-            )
-
-        def upsert(item: tuple[list, str]) -> None:
+        def upsert(item: tuple[list, list]) -> None:
             params, key = item
             execute("BEGIN IMMEDIATE")
-            prior = execute(prior_sql, (key,)).fetchone()
+            prior = execute(prior_sql, key).fetchone()
             row = execute(upsert_sql, params).fetchone()
             if prior is not None and prior[0] != row[status_at]:
-                event(row, prior[0], fastsql._UPSERT_DETAILS)
+                execute(
+                    event_sql,
+                    fastsql.event_params(row, prior[0], stamp, actor, fastsql._UPSERT_DETAILS),
+                )
             execute("COMMIT")
 
         def update(rid: str) -> None:
@@ -314,9 +302,14 @@ def child_raw(tree: Path, url: str, n: int, sqlite_sync: str) -> dict:
             prior = execute(prior_by_id, (rid,)).fetchone()
             row = execute(update_sql, [*update_values, rid]).fetchone()
             if prior[0] != row[status_at]:
-                event(row, prior[0], fastsql._UPDATE_DETAILS)
+                execute(
+                    event_sql,
+                    fastsql.event_params(row, prior[0], stamp, actor, fastsql._UPDATE_DETAILS),
+                )
             execute("COMMIT")
 
+        distinct_items: list = sqlite_params
+        conflict_items: list = sqlite_conflicts
         durability = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[
             con.execute("PRAGMA synchronous").fetchone()[0]
         ]
@@ -326,23 +319,23 @@ def child_raw(tree: Path, url: str, n: int, sqlite_sync: str) -> dict:
         con = psycopg.connect(url, autocommit=True)
         pg_upsert = fastsql._PG_UPSERT
         pg_update = fastsql._update_sql(update_fields, "postgresql", True)
-        tail = [stamp, *actor]
 
-        def upsert(item: tuple[list, str]) -> None:
-            params, key = item
-            con.execute(
-                pg_upsert, [*params, key, *tail, fastsql._UPSERT_DETAILS], prepare=True
-            ).fetchone()
+        def upsert(params: list) -> None:
+            con.execute(pg_upsert, params, prepare=True).fetchone()
 
         def update(rid: str) -> None:
             con.execute(
-                pg_update, [rid, *update_values, *tail, fastsql._UPDATE_DETAILS], prepare=True
+                pg_update,
+                fastsql.pg_update_params(rid, update_values, stamp, actor, audited=True),
+                prepare=True,
             ).fetchone()
 
+        distinct_items = [fastsql.pg_upsert_params(v, stamp, actor) for v in distinct]
+        conflict_items = [fastsql.pg_upsert_params(v, stamp, actor) for v in conflicts]
         durability = "synchronous_commit=" + con.execute("SHOW synchronous_commit").fetchone()[0]
     out = {
-        "upsert_distinct": timed(upsert, distinct),
-        "upsert_conflict": timed(upsert, conflicts),
+        "upsert_distinct": timed(upsert, distinct_items),
+        "upsert_conflict": timed(upsert, conflict_items),
         "status_update": timed(update, rids),
         "durability": durability,
     }

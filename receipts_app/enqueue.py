@@ -16,8 +16,11 @@ the row when the task ends (``task_ended``). Whatever stays is sent again by
 when its publish failed (the broker was down; a publish gives up within about a second,
 settings' publish policy), and once it is older than its task's hard time limit plus a margin
 when it was sent but never finished (a worker killed mid-task, a web process killed between
-commit and publish). Re-sending is safe: every task is idempotent. A message sent
-``MAX_SENDS`` times without finishing is dropped with an error in the log.
+commit and publish), but never while the broker still holds it
+(``opensquilla_site.broker_contents``): work waiting for a worker, however long, is one
+message in its queue, looked at again once per hard limit. Re-sending is safe: every task is
+idempotent. A message sent ``MAX_SENDS`` times and lost each time without finishing is
+dropped with an error in the log.
 
 Work runs where its gateway lives (docs/WORKERS.md, "Where work runs"): a message for a
 gateway's rows names the gateway (``gateway=<name>`` in its kwargs, left out for ``local``), and
@@ -37,7 +40,9 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
+from django.db.models.fields.json import KT
 
+from opensquilla_site import broker_contents
 from opensquilla_site.celery import app
 from opensquilla_site.timeutil import now_ms
 from sessions_app.gateways import DEFAULT_GATEWAY, current_gateway, gateway_queue
@@ -224,7 +229,8 @@ def task_ended(task_id: str, short_name: str, *, retrying: bool = False) -> None
 
 def resend_lost(now: int | None = None) -> list[str]:
     """Send again every outbox message whose publish failed or whose task outlived its hard
-    limit plus the margin without finishing; returns their task ids."""
+    limit plus the margin without finishing, unless the broker still holds it; returns their
+    task ids."""
     now = now_ms() if now is None else now
     due = Q(sent_at__isnull=True)
     for short_name, limit in LIMITS.items():
@@ -237,13 +243,27 @@ def resend_lost(now: int | None = None) -> list[str]:
             :RESEND_LIMIT
         ]
     )
+    if not stranded:
+        return []
+    queues = {queue or queue_for(kwargs) for _id, _t, _a, kwargs, queue, _s, _n in stranded}
+    try:
+        held = broker_contents.held_task_ids(app, queues, {row[0] for row in stranded})
+    except Exception:  # noqa: BLE001 - a broker that cannot be read cannot be sent to either
+        logger.warning("the broker could not be read; the outbox sends nothing this time")
+        return []
     resent: list[str] = []
     for task_id, short_name, args, kwargs, queue, sent_at, sends in stranded:
         rows = OutboxMessage.objects.filter(task_id=task_id, sent_at=sent_at, sends=sends)
+        if held is not None and task_id in held:
+            # Still waiting for a worker (or, on Redis, delivered and due back by itself):
+            # a second copy would only lengthen the queue. Looked at again after its limit.
+            rows.update(sent_at=now)
+            continue
         if sends >= MAX_SENDS:
             if rows.delete()[0]:
                 logger.error(
-                    "%s %s(%s) sent %d times without finishing: dropped from the outbox",
+                    "%s %s(%s) sent %d times, each time lost without finishing: dropped "
+                    "from the outbox",
                     short_name,
                     task_id,
                     args,
@@ -261,6 +281,26 @@ def resend_lost(now: int | None = None) -> list[str]:
         _publish(short_name, task_id, tuple(args), dict(kwargs), queue or queue_for(kwargs))
         resent.append(task_id)
     return resent
+
+
+def outstanding_requeues() -> Any:
+    """The receipt ids whose requeued checkpoint is still in the outbox (sent, not finished),
+    as a subquery: the lost-work sweep sends no second message for them."""
+    return (
+        OutboxMessage.objects.filter(task=CHECKPOINT_SESSION)
+        .annotate(requeue_of=KT("kwargs__requeue_of"))
+        .filter(requeue_of__isnull=False)
+        .values("requeue_of")
+    )
+
+
+def outstanding_plan_runs() -> Any:
+    """The plan ids with a runner still in the outbox, as a subquery."""
+    return (
+        OutboxMessage.objects.filter(task=RUN_REQUEUE_PLAN)
+        .annotate(plan_id=KT("args__0"))
+        .values("plan_id")
+    )
 
 
 # --- the messages ----------------------------------------------------------------------------

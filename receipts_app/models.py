@@ -374,7 +374,8 @@ class OutboxMessage(models.Model):
     # The queue it was sent to: its gateway's (``gateway.<name>``), "" for the default queue.
     queue = models.CharField(max_length=200, blank=True, default="")
     created_at = models.BigIntegerField(default=now_ms)
-    # Last handed to the broker; null while no publish has succeeded since the last attempt.
+    # Last handed to the broker, or last seen still waiting in it (``enqueue.resend_lost``);
+    # null while no publish has succeeded since the last attempt.
     sent_at = models.BigIntegerField(null=True, blank=True)
     sends = models.SmallIntegerField(default=1)
 

@@ -187,8 +187,9 @@ def run_requeue_plan(plan_id: str, fan_out: bool = True) -> dict[str, Any]:
         logger.warning("requeue plan %s not found", plan_id)
         return {"plan_id": plan_id, "state": "not_found", "error": str(exc)}
     if plan.state == "running":
-        # The next slice of this same runner; it must not fan out again.
-        run_requeue_plan.delay(plan_id, fan_out=False)
+        # The next slice of this same runner; it must not fan out again. Through the outbox
+        # like every message: while it waits in the queue the plan sweep sends no other.
+        enqueue.send(enqueue.plan_runner_message(plan_id, fan_out=False))
     return {
         "plan_id": plan.plan_id,
         "state": plan.state,

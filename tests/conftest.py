@@ -19,8 +19,8 @@ the suite keeps workers apart:
 - ports: bind port 0 (as the live server and the gunicorn tests do), never a fixed one;
 - files: write under ``tmp_path`` (per test), or ``worker_var_dir()`` for a per-worker folder,
   never a fixed path under ``var/``;
-- the two cores: tests that start real Celery workers or Chromium (markers ``worker``,
-  ``browser``, ``soak``) share one xdist group (``SERIAL_GROUP``), so at most one of them runs
+- the two cores: tests that start real Celery workers, Chromium or a bench script (markers
+  ``worker``, ``browser``, ``soak``, ``bench``) share one xdist group (``SERIAL_GROUP``), so at most one of them runs
   at a time; ``make pytest`` runs the browser tests in a second, serial pass (Playwright's sync
   API leaves an event loop in its thread, which later async tests cannot share);
 - node ids: xdist finds a test by its node id, so every item needs its own (parametrize gives
@@ -54,7 +54,7 @@ REQUIRE_SERVICES = os.environ.get("OPENSQUILLA_REQUIRE_SERVICES") == "1"
 # "gw0", "gw1", … under pytest-xdist (set before settings are read); "" in a serial run.
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 # Tests that start real processes (Celery workers, Chromium, soak loads) run one at a time.
-SERIAL_MARKERS = ("worker", "browser", "soak")
+SERIAL_MARKERS = ("worker", "browser", "soak", "bench")
 SERIAL_GROUP = "real-processes"
 
 

@@ -43,6 +43,7 @@ EV = ReceiptEvent._meta.db_table
 # Every concrete column, in the model's order: what RETURNING/SELECT give to ``from_db``.
 READ_COLUMNS: tuple[str, ...] = tuple(f.attname for f in MemoryDurableReceipt._meta.concrete_fields)
 _READ = ", ".join(READ_COLUMNS)
+_READ_AT = {name: at for at, name in enumerate(READ_COLUMNS)}
 _EVENT_COLUMNS = (
     "receipt_id, session_key, gateway_id, created_at, actor, surface, action, from_status, "
     "to_status, outcome, reason, plan_id, details"
@@ -112,10 +113,48 @@ _PG_UPSERT = (
 )
 _SQLITE_UPSERT = f"{_INSERT} RETURNING {_READ}"
 _SQLITE_PRIOR_BY_KEY = f"SELECT status FROM {T} WHERE gateway_id = %s AND idempotency_key = %s"
+_SQLITE_PRIOR_BY_ID = f"SELECT status FROM {T} WHERE receipt_id = %s"
 _EVENT_INSERT = (
     f"INSERT INTO {EV} ({_EVENT_COLUMNS}) "
     f"VALUES (%s, %s, %s, %s, %s, %s, 'status_change', %s, %s, NULL, %s, NULL, %s)"
 )
+
+
+def prior_key(values: dict[str, Any]) -> list[Any]:
+    """The parameters naming a row by its key: the prior-status look-up's (SQLite) and the
+    upsert's sub-select's (PostgreSQL)."""
+    return [values["gateway_id"], values["idempotency_key"]]
+
+
+def pg_upsert_params(values: dict[str, Any], stamp: int, actor: list[Any]) -> list[Any]:
+    """The parameters of ``_PG_UPSERT``, in its order (``bench/write_rounds.py`` uses them)."""
+    return [*write_values(values), *prior_key(values), stamp, *actor, _UPSERT_DETAILS]
+
+
+def pg_update_params(
+    receipt_id: str, values: list[Any], stamp: int, actor: list[Any], *, audited: bool
+) -> list[Any]:
+    """The parameters of ``_update_sql(…, "postgresql", audited)``, in its order."""
+    extra = [stamp, *actor, _UPDATE_DETAILS] if audited else []
+    return [receipt_id, *values, *extra]
+
+
+def event_params(
+    row: Sequence[Any], prior: str, stamp: int, actor: list[Any], details: str
+) -> list[Any]:
+    """The parameters of ``_EVENT_INSERT`` for a stored row (``READ_COLUMNS`` order)."""
+    at = _READ_AT
+    return [
+        row[at["receipt_id"]],
+        row[at["session_key"]],
+        row[at["gateway_id"]],
+        stamp,
+        *actor,
+        prior,
+        row[at["status"]],
+        row[at["reason"]],
+        details,
+    ]
 
 
 def upsert(values: dict[str, Any], stamp: int) -> MemoryDurableReceipt:
@@ -125,43 +164,22 @@ def upsert(values: dict[str, Any], stamp: int) -> MemoryDurableReceipt:
     Runs in the caller's transaction when there is one; on PostgreSQL the statement is atomic
     on its own.
     """
-    params = write_values(values)
-    key = [values["gateway_id"], values["idempotency_key"]]
     with cursor() as cur:
         if is_postgres():
-            execute(
-                cur,
-                _PG_UPSERT,
-                [*params, *key, stamp, *_actor_params(), _UPSERT_DETAILS],
-            )
+            execute(cur, _PG_UPSERT, pg_upsert_params(values, stamp, _actor_params()))
             return to_model(cur.fetchone())
-        execute(cur, _SQLITE_PRIOR_BY_KEY, key)
+        execute(cur, _SQLITE_PRIOR_BY_KEY, prior_key(values))
         prior = cur.fetchone()
-        execute(cur, _SQLITE_UPSERT, params)
-        stored = to_model(cur.fetchone())
-        if prior is not None and prior[0] != stored.status:
-            _sqlite_event(cur, stored, prior[0], stamp, _UPSERT_DETAILS)
-        return stored
+        execute(cur, _SQLITE_UPSERT, write_values(values))
+        found = cur.fetchone()
+        if prior is not None and prior[0] != found[_READ_AT["status"]]:
+            _sqlite_event(cur, found, prior[0], stamp, _UPSERT_DETAILS)
+        return to_model(found)
 
 
-def _sqlite_event(
-    cur: Any, row: MemoryDurableReceipt, prior: str, stamp: int, details: str
-) -> None:
-    execute(
-        cur,
-        _EVENT_INSERT,
-        [
-            row.receipt_id,
-            row.session_key,
-            row.gateway_id,
-            stamp,
-            *_actor_params(),
-            prior,
-            row.status,
-            row.reason,
-            details,
-        ],
-    )
+def _sqlite_event(cur: Any, row: Sequence[Any], prior: str, stamp: int, details: str) -> None:
+    """The status_change event of a stored row (``READ_COLUMNS`` order), on SQLite."""
+    execute(cur, _EVENT_INSERT, event_params(row, prior, stamp, _actor_params(), details))
 
 
 # --- update ---------------------------------------------------------------------------------
@@ -200,19 +218,19 @@ def update(receipt_id: str, fields: dict[str, Any], stamp: int) -> MemoryDurable
     sql = _update_sql(names, connection.vendor, audited)
     with cursor() as cur:
         if is_postgres():
-            extra = [stamp, *_actor_params(), _UPDATE_DETAILS] if audited else []
-            execute(cur, sql, [receipt_id, *values, *extra])
+            params = pg_update_params(receipt_id, values, stamp, _actor_params(), audited=audited)
+            execute(cur, sql, params)
             found = cur.fetchone()
             return None if found is None else to_model(found)
-        execute(cur, f"SELECT status FROM {T} WHERE receipt_id = %s", [receipt_id])
+        execute(cur, _SQLITE_PRIOR_BY_ID, [receipt_id])
         prior = cur.fetchone()
         if prior is None:
             return None
         execute(cur, sql, [*values, receipt_id])
-        row = to_model(cur.fetchone())
-        if audited and prior[0] != row.status:
-            _sqlite_event(cur, row, prior[0], stamp, _UPDATE_DETAILS)
-        return row
+        found = cur.fetchone()
+        if audited and prior[0] != found[_READ_AT["status"]]:
+            _sqlite_event(cur, found, prior[0], stamp, _UPDATE_DETAILS)
+        return to_model(found)
 
 
 # --- exact coverage lookup ------------------------------------------------------------------

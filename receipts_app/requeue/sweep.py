@@ -1,10 +1,11 @@
 """Find work whose enqueue was lost and queue it again (run by every ``repair_tick``).
 
 First the outbox (``enqueue.resend_lost``): every message sent through ``enqueue`` waits
-there until its task ends, so anything accepted and not done is sent again, whatever the task
-(docs/RELIABILITY.md states the timings). Then two sweeps by state, the backstop for rows
-whose message left the outbox without its work being done (a task dropped after
-``enqueue.MAX_SENDS``, or rows written before the outbox existed).
+there until its task ends, so anything accepted and not done is sent again, whatever the task,
+unless the broker still holds it (docs/RELIABILITY.md states the timings). Then two sweeps by
+state, the backstop for rows whose message left the outbox without its work being done (a task
+dropped after ``enqueue.MAX_SENDS``, or rows written before the outbox existed): a row or plan
+with a message still in the outbox is left to the outbox, so waiting work stays one message.
 
 Work is enqueued after commit; if the broker is down at that moment the row or plan is
 saved but no message exists. Repair rows need no help (a requeued repair row is due now and
@@ -48,6 +49,9 @@ def _sweep_checkpoints(now_ms: int) -> list[str]:
         MemoryDurableReceipt.objects.filter(
             status=CHECKPOINT_REQUEUED, updated_at__lte=now_ms - LOST_AFTER_MS
         )
+        # A row whose message is still in the outbox is the outbox's to send again (or to
+        # leave waiting in the broker): never a second message for it.
+        .exclude(receipt_id__in=enqueue.outstanding_requeues())
         .order_by("updated_at", "id")
         .values_list("pk", "receipt_id", "session_key", "turn_id", "updated_at", "gateway_id")[
             :SWEEP_LIMIT
@@ -91,6 +95,7 @@ def _sweep_plans(now_ms: int) -> list[str]:
             Q(state="queued", updated_at__lte=now_ms - LOST_PLAN_AFTER_MS)
             | Q(state="running", updated_at__lte=now_ms - STALLED_RUN_AFTER_MS)
         )
+        .exclude(plan_id__in=enqueue.outstanding_plan_runs())
         .order_by("updated_at")
         .values_list("plan_id", "state", "updated_at")[:SWEEP_LIMIT]
     )

@@ -81,3 +81,52 @@ def test_processes_starting_together_on_a_fresh_file_all_start(tmp_path):
     errors = [r.stderr.read().decode() for r in racers if r.wait(timeout=60) != 0]
     assert errors == []  # kombu alone: "UNIQUE constraint failed: kombu_queue.name"
     assert embedded_broker.queue_depths(url) == {"celery": 6}
+
+
+TAKER = """
+import json, sys
+from queue import Empty
+from kombu import Connection
+from opensquilla_site import embedded_broker
+embedded_broker.register()
+taken = []
+with Connection(sys.argv[1]) as conn:
+    channel = conn.default_channel
+    while True:
+        try:
+            taken.append(channel.message_to_python(channel._get("jobs")).decode()["n"])
+        except Empty:
+            break
+print(json.dumps(taken))
+"""
+
+
+def test_readers_in_several_processes_take_every_message_once_in_order(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    url = embedded_broker.default_url(tmp_path)
+    with Connection(url) as conn:
+        queue = conn.SimpleQueue("jobs")
+        for n in range(300):
+            queue.put({"n": n})
+        queue.close()
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    takers = [
+        subprocess.Popen(  # noqa: S603 - our own interpreter
+            [sys.executable, "-c", TAKER, url], env=env, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(3)
+    ]
+    outputs = [taker.communicate(timeout=120)[0] for taker in takers]
+    taken = [json.loads(out) for out in outputs]
+    everything = sorted(n for one in taken for n in one)
+    assert everything == list(range(300))  # each message taken once, none lost
+    for one in taken:
+        assert one == sorted(one)  # each reader gets them oldest first
+    assert embedded_broker.queue_depths(url) == {"jobs": 0}
+    assert embedded_broker.waiting_task_ids(url, ["jobs"]) == set()

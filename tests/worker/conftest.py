@@ -270,11 +270,12 @@ class Worker:
 def start_worker(
     tmp_path: Path, celery_queue: str, shared_workspaces: Workspaces
 ) -> Iterator[Callable[..., Worker]]:
-    """Factory: ``start_worker(**env)`` starts a worker and waits until it is ready."""
+    """Factory: ``start_worker(**env)`` starts a worker and waits until it is ready;
+    ``queues=`` names the queues it consumes (default: this test's queue)."""
     started: list[Worker] = []
     database_url = worker_database_url()
 
-    def start(**env_overrides: str) -> Worker:
+    def start(*, queues: str | None = None, **env_overrides: str) -> Worker:
         env = dict(os.environ)
         env.pop("CELERY_TASK_ALWAYS_EAGER", None)
         env.update(
@@ -303,7 +304,7 @@ def start_worker(
             "--pool=solo",
             "--concurrency=1",
             "-Q",
-            celery_queue,
+            queues or celery_queue,
             "-n",
             f"{celery_queue}-{len(started) + 1}@%h",
             "--without-gossip",
