@@ -244,7 +244,11 @@ SMOKE: tuple[Smoke, ...] = (
 
 # Benches whose smoke run lives in another test file: name -> that file (relative to the
 # repository). Add a line here when a bench's own test covers it.
-SMOKE_ELSEWHERE: dict[str, str] = {}
+SMOKE_ELSEWHERE: dict[str, str] = {
+    # mirror_fleet --writer light runs the light writer's processes.
+    "light_writer": "tests/bench/test_mirror_fleet_smoke.py",
+    "mirror_pass_cost": "tests/mirror/test_pass_cost.py",
+}
 
 
 def _service_missing(need: str) -> str | None:

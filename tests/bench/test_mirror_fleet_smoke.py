@@ -1,4 +1,4 @@
-"""``bench/mirror_fleet.py`` at a tiny size: the light writer, two gateways each followed by
+"""``bench/mirror_fleet.py`` at a tiny size: the light writer (``bench/light_writer.py``), two gateways each followed by
 its own process, a short and a long session. Fails when the bench crashes or when the
 figures it prints say rows were lost or duplicated."""
 
