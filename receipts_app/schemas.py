@@ -374,6 +374,13 @@ class FlushOut(Schema):
     receipts: list[ReceiptOut] = Field(description="ledger rows this flush wrote")
 
 
+class ScrubIn(Schema):
+    agent: Text | None = Field(default=None, description="only this agent's checkpoints")
+    full: bool = Field(default=False, description="read every file in full, changed or not")
+
+    model_config = {"extra": "forbid"}
+
+
 class CheckpointIn(Schema):
     turn_id: Text | None = None
 

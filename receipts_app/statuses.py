@@ -30,6 +30,9 @@ CHECKPOINT_REQUEUED = "checkpoint_requeued"
 CHECKPOINT_RECOVERED = "checkpoint_recovered"
 CHECKPOINT_SUPERSEDED = "checkpoint_superseded"
 ACKNOWLEDGED = "acknowledged"
+# A saved checkpoint whose file the scrub (receipts_app.scrub) no longer finds where the receipt
+# says it is. Upstream has no word for it; a damaged file is upstream's ``hash_mismatch``.
+CHECKPOINT_MISSING = "checkpoint_missing"
 
 # --- groups -----------------------------------------------------------------------------------
 # The order of the console's status tabs: what needs an operator first.
@@ -51,6 +54,7 @@ KNOWN_STATUSES: tuple[str, ...] = (
     FLUSH_FAILED,
     RECEIPT_ORPHANED,
     HASH_MISMATCH,
+    CHECKPOINT_MISSING,
 )
 KNOWN_SCOPES: tuple[str, ...] = ("checkpoint", "preimage", "flush", "repair")
 
@@ -61,6 +65,7 @@ FAILURE_STATUSES: tuple[str, ...] = (
     REPAIR_ABANDONED,
     RECEIPT_ORPHANED,
     HASH_MISMATCH,
+    CHECKPOINT_MISSING,
 )
 # An operator may accept exactly the failures above as final, with a written reason.
 ACKNOWLEDGEABLE_STATUSES: tuple[str, ...] = FAILURE_STATUSES
@@ -72,6 +77,8 @@ REPAIR_QUEUE_STATUSES: tuple[str, ...] = (REPAIR_PENDING, DISTILL_FAILED, FLUSH_
 # rules still decide the outcome; this keeps the button off successes and in-flight work).
 ROW_REQUEUEABLE_STATUSES: tuple[str, ...] = (
     CHECKPOINT_FAILED,
+    HASH_MISMATCH,
+    CHECKPOINT_MISSING,
     *TERMINAL_REPAIR_STATUSES,
     *REPAIR_QUEUE_STATUSES,
 )
@@ -98,4 +105,9 @@ MEMORY_SAFETY_ERROR_STATUSES: tuple[str, ...] = (
     CHECKPOINT_REQUEUED,
     RECEIPT_ORPHANED,
     HASH_MISMATCH,
+    CHECKPOINT_MISSING,
 )
+# A saved checkpoint the scrub found unsafe on disk: gone, or not the bytes the receipt
+# records. Only checkpoint-scope rows in these statuses are retaken by a requeue, and only
+# rows the scrub itself moved here are moved back when a later scrub finds the file whole.
+SCRUB_VERDICT_STATUSES: tuple[str, ...] = (CHECKPOINT_MISSING, HASH_MISMATCH)

@@ -1,0 +1,34 @@
+"""Keep a scrub's reads under a rate, so verifying never starves the gateway of its disk."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+class Throttle:
+    """Sleeps after a read whenever the bytes read so far are ahead of ``rate`` per second
+    (0: never sleeps). ``sleep`` and ``clock`` are injectable for tests."""
+
+    def __init__(
+        self,
+        rate: float,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.rate = rate
+        self._sleep = sleep
+        self._clock = clock
+        self._start = clock()
+        self.bytes = 0
+        self.slept = 0.0
+
+    def __call__(self, n: int) -> None:
+        self.bytes += n
+        if self.rate <= 0:
+            return
+        ahead = self.bytes / self.rate - (self._clock() - self._start)
+        if ahead > 0:
+            self._sleep(ahead)
+            self.slept += ahead
