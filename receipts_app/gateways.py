@@ -7,7 +7,8 @@ alerts count it, memory safety errors, the repair backlog, repairs given up), ea
 worst state of its followed sources and their largest lag). The counts come from the counts
 table (one read for every gateway) and the mirror's state from its one reader, so the cost
 grows neither with the ledger nor with the fleet: three queries, or one when the caller has
-read the counts and the mirror already. The console's fleet view (the overview) and
+read the counts and the mirror already, plus one for how much of each gateway's saved memory the
+checkpoint scrub verified within its full cycle (``checkpoints``). The console's fleet view (the overview) and
 ``GET /api/v1/gateways`` both read :func:`fleet`.
 """
 
@@ -20,7 +21,8 @@ from sessions_app.gateways import Gateway, gateway_scope
 
 from .counts import CountRow, per_status, receipt_counts
 from .mirror.state import FAILING, HEALTHY_STATUSES, IMPORTING, OK, STOPPED, WARNING, mirror_states
-from .selectors import ReceiptFilter
+from .scrub.summary import VerifiedSummary, verified_summary
+from .selectors import ReceiptFilter, verified_window_ms
 from .statuses import (
     AT_RISK_STATUSES,
     MEMORY_SAFETY_ERROR_STATUSES,
@@ -79,8 +81,12 @@ def fleet(
     states_of: dict[str, list[dict[str, Any]]] = {}
     for state in states:
         states_of.setdefault(state["gateway"], []).append(state)
+    verified = verified_summary(scope, rows=rows)
     for gateway in gateways.order_by("name"):
         mine = rows_of.get(gateway.name, [])
+        checkpoints = verified.get(gateway.name) or VerifiedSummary(
+            gateway.name, 0, 0, 0, 0, window_seconds=verified_window_ms() / 1000
+        )
         at_risk = {}
         for name, statuses in AT_RISK.items():
             count = sum(per_status(mine, statuses=statuses).values())
@@ -99,6 +105,9 @@ def fleet(
                 "at_risk": at_risk,
                 "mirror": followed,
                 "mirror_summary": mirror_summary(followed),
+                "checkpoints": checkpoints.to_dict(),
+                # The same, as the object the console's templates render.
+                "checkpoints_summary": checkpoints,
             }
         )
     return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import F, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 
 from opensquilla_site.acting import SURFACES as ACTING_SURFACES
@@ -46,8 +46,18 @@ class ReceiptQuerySet(GatewayQuerySet["MemoryDurableReceipt"]):
             "updated_at",
         )
 
+    def with_verification(self) -> ReceiptQuerySet:
+        """Each row's last scrub verification (``verified_at``, ``verified_outcome``; None when
+        never verified): a primary-key probe per row shown, no join in the page's walk."""
+        verification = CheckpointVerification.objects.filter(receipt_id=OuterRef("pk"))
+        return self.annotate(
+            verified_at=Subquery(verification.values("verified_at")[:1]),
+            verified_outcome=Subquery(verification.values("outcome")[:1]),
+        )
+
 
 class MemoryDurableReceipt(models.Model):
+    # (``ReceiptQuerySet.with_verification`` reads ``CheckpointVerification``, defined below.)
     # ``id`` is the insertion order, standing in for SQLite's rowid in every
     # "created_at, rowid" ordering of the reference implementation.
     id = models.BigAutoField(primary_key=True)

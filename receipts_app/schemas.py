@@ -453,6 +453,24 @@ class GatewayAtRiskOut(Schema):
     terminal_repairs: AtRiskCountOut
 
 
+class CheckpointsVerifiedOut(Schema):
+    """How much of the gateway's saved memory the checkpoint scrub verified (docs/STATUSES.md)."""
+
+    saved: int = Field(
+        description="checkpoint receipts the scrub verifies: saved, missing or damaged"
+    )
+    verified: int = Field(description="found whole by a full read within the full cycle")
+    not_verified: int
+    missing: int
+    damaged: int
+    window_seconds: float = Field(
+        description="the full cycle, OPENSQUILLA_SCRUB_FULL_CYCLE_SECONDS"
+    )
+    filters: dict[str, dict[str, Any]] = Field(
+        description="ReceiptFilter params listing the rows of verified, not_verified, missing, damaged"
+    )
+
+
 class GatewayOut(Schema):
     name: str
     display_name: str
@@ -463,6 +481,7 @@ class GatewayOut(Schema):
     receipts: int
     at_risk: GatewayAtRiskOut
     mirror: list[MirrorStateOut]
+    checkpoints: CheckpointsVerifiedOut
 
 
 class GatewayListOut(Schema):

@@ -460,7 +460,7 @@ def page_receipts(
         one = statuses[0] if len(statuses) == 1 else None
         parts = [_unless_uncounted(filter_receipts(f), f, one)]
     if for_console:
-        parts = [qs.for_console() for qs in parts]  # type: ignore[attr-defined]
+        parts = [qs.for_console().with_verification() for qs in parts]  # type: ignore[attr-defined]
     return keyset_page_of_parts(parts, cursor=cursor, limit=limit)
 
 

@@ -4,12 +4,14 @@ from django.urls import include, path
 
 import opensquilla_site.schemas  # noqa: F401 - registers the "anytext" path converter
 
-from .views import audit, fleet, overview, plans, receipts, session_memory, sessions
+from .views import audit, fleet, overview, plans, receipts, scrub, session_memory, sessions
 
 receipt_patterns = (
     [
         path("", overview.overview, name="overview"),
         path("fleet/", fleet.fleet, name="fleet"),
+        path("scrub/", scrub.scrub_now, name="scrub"),
+        path("checkpoints/verified/", scrub.checkpoints_verified, name="checkpoints_verified"),
         path("receipts/", receipts.receipt_list, name="list"),
         path("receipts/new-count/", receipts.receipt_new_count, name="new_count"),
         # Receipt ids are free text (imports, the API): the converter accepts any stored one.

@@ -18,8 +18,8 @@ from receipts_app.counts import receipt_counts
 from receipts_app.models import CheckpointVerification, MemoryDurableReceipt, ReceiptEvent
 from receipts_app.requeue import requeue_receipt, retake_checkpoint
 from receipts_app.requeue.rules import available_actions
-from receipts_app.scrub import scrub_checkpoints, verified_summary, verify_receipt
 from receipts_app.scrub import run as scrub_run
+from receipts_app.scrub import scrub_checkpoints, verified_summary, verify_receipt
 from receipts_app.scrub.throttle import Throttle
 from receipts_app.selectors import ReceiptFilter, filter_receipts
 from sessions_app.gateways import MisroutedWork, ensure_gateway, using_gateway
