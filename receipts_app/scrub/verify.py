@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +117,7 @@ def coverage_problem(body: bytes, receipt: Any) -> str | None:
     for number, line in enumerate(text.split("\n")[:-1], start=1):
         try:
             event = json.loads(line)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             return f"line {number} is not JSON: {exc.msg}"
         if not isinstance(event, dict) or "event_id" not in event or "role" not in event:
             return f"line {number} is not a checkpoint event"
@@ -168,36 +168,33 @@ def verify_file(
         return Verification(MISSING, f"no file at {receipt.source_path}")
     except OSError as exc:
         return Verification(UNREADABLE, f"{receipt.source_path}: {exc.strerror or exc}")
-    facts = {"size": info.st_size, "mtime_ns": info.st_mtime_ns}
+    seen = Verification(OK, size=info.st_size, mtime_ns=info.st_mtime_ns)
     if not path.is_file():
-        return Verification(UNREADABLE, f"{receipt.source_path} is not a file", **facts)
+        return replace(seen, outcome=UNREADABLE, detail=f"{receipt.source_path} is not a file")
     recorded = receipt.content_hash or ""
     try:
-        # The bytes are kept for the parse only when they may need one.
         digest, size, body = _read(path, on_read, keep=True)
     except FileNotFoundError:
-        return Verification(MISSING, f"no file at {receipt.source_path}", **facts)
+        return replace(seen, outcome=MISSING, detail=f"no file at {receipt.source_path}")
     except OSError as exc:
-        return Verification(UNREADABLE, f"{receipt.source_path}: {exc.strerror or exc}", **facts)
-    read = {**facts, "size": size, "bytes_read": size, "digest": digest}
+        detail = f"{receipt.source_path}: {exc.strerror or exc}"
+        return replace(seen, outcome=UNREADABLE, detail=detail)
+    read = replace(seen, size=size, bytes_read=size, digest=digest)
     if recorded and digest != recorded:
-        return Verification(
-            HASH_MISMATCH_OUTCOME,
-            f"{receipt.source_path}: {size} bytes hash to {digest[:16]}…, "
+        return replace(
+            read,
+            outcome=HASH_MISMATCH_OUTCOME,
+            detail=f"{receipt.source_path}: {size} bytes hash to {digest[:16]}…, "
             f"the receipt records {recorded[:16]}…",
-            **read,
         )
     if parsed_hash and parsed_hash == digest:
-        return Verification(OK, "", parsed=True, **read)
+        return replace(read, parsed=True)
     problem = coverage_problem(body, receipt)
     if problem is not None:
-        outcome = (
-            COVERAGE_MISMATCH
-            if problem.startswith(("events of", "no events")) or ("transcript entries" in problem)
-            else UNREADABLE
-        )
-        return Verification(outcome, f"{receipt.source_path}: {problem}", **read)
-    return Verification(OK, "", parsed=True, **read)
+        coverage = problem.startswith(("events of", "no events")) or "transcript entries" in problem
+        outcome = COVERAGE_MISMATCH if coverage else UNREADABLE
+        return replace(read, outcome=outcome, detail=f"{receipt.source_path}: {problem}")
+    return replace(read, parsed=True)
 
 
 def verify_receipt(
