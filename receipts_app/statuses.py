@@ -2,7 +2,8 @@
 
 ``status`` is free text in the ledger (an import never rejects an unknown value); these are the
 statuses the product writes or reads. Upstream OpenSquilla's come first, then the four this
-product adds so an operator has a way out of a failure (docs/STATUSES.md says what moves each).
+product adds so an operator has a way out of a failure, and the scrub's ``checkpoint_missing``
+(docs/STATUSES.md says what moves each).
 
 Every page, count, filter, rule and task asks this module which statuses belong to a group, so a
 count and the link that lists its rows cannot disagree.

@@ -32,7 +32,7 @@ from ..models import CheckpointVerification, MemoryDurableReceipt, ScrubCursor
 from ..statuses import CHECKPOINT_MISSING, CHECKPOINT_SAVED, SCRUB_VERDICT_STATUSES
 from . import settings as scrub_settings
 from .throttle import Throttle
-from .verify import OK, Verification, checkpoint_file, checkpoint_root, verify_file
+from .verify import OK, Verification, checkpoint_root, verify_file
 
 logger = logging.getLogger(__name__)
 BATCH = 500
@@ -108,26 +108,14 @@ def _begin_cycle(cursor: ScrubCursor, now: int, *, force: bool, full: bool | Non
     return True
 
 
-def _unchanged(
-    verification: CheckpointVerification | None, info: os.stat_result, full: bool
-) -> bool:
-    return (
-        not full
-        and verification is not None
-        and verification.outcome == OK
-        and verification.size == info.st_size
-        and verification.mtime_ns == info.st_mtime_ns
-    )
-
-
 def _record(
     row: MemoryDurableReceipt,
     verification: CheckpointVerification | None,
     found: Verification,
     now: int,
     report: ScrubReport,
-) -> None:
-    """Store the outcome, and move the receipt's status when the verdict changed."""
+) -> CheckpointVerification:
+    """Move the receipt's status when the verdict changed; returns the outcome to store."""
     moved_from = verification.moved_from if verification is not None else ""
     wanted = found.status if found.outcome != OK else (moved_from or None)
     if found.outcome == OK:
@@ -151,19 +139,45 @@ def _record(
             if _move(row, wanted, f"scrub: {found.outcome}: {found.detail}", found, "at_risk"):
                 report.moved_at_risk += int(row.status == CHECKPOINT_SAVED)
                 moved_from = moved_from or row.status
-    values: dict[str, Any] = {
-        "gateway_id": row.gateway_id,
-        "agent_id": row.agent_id,
-        "verified_at": now,
-        "outcome": found.outcome,
-        "detail": found.detail[:2000],
-        "moved_from": moved_from,
-    }
+    kept = verification or CheckpointVerification(receipt_id=row.pk)
+    kept.gateway_id = str(row.gateway_id)
+    kept.agent_id = row.agent_id
+    kept.verified_at = now
+    kept.outcome = found.outcome
+    kept.detail = found.detail[:2000]
+    kept.moved_from = moved_from
     if found.bytes_read or found.outcome == OK:
-        values.update(read_at=now, size=found.size, mtime_ns=found.mtime_ns)
+        kept.read_at, kept.size, kept.mtime_ns = now, found.size, found.mtime_ns
     if found.parsed:
-        values["parsed_hash"] = found.digest
-    CheckpointVerification.objects.update_or_create(receipt_id=row.pk, defaults=values)
+        kept.parsed_hash = found.digest
+    return kept
+
+
+_WRITTEN = (
+    "gateway_id",
+    "agent_id",
+    "verified_at",
+    "read_at",
+    "outcome",
+    "detail",
+    "size",
+    "mtime_ns",
+    "moved_from",
+    "parsed_hash",
+)
+
+
+def _store(found: list[CheckpointVerification], known: set[int]) -> None:
+    """A batch's outcomes in one short transaction (one commit, not one a file)."""
+    if not found:
+        return
+    with transaction.atomic():
+        new = [v for v in found if v.receipt_id not in known]
+        old = [v for v in found if v.receipt_id in known]
+        if new:
+            CheckpointVerification.objects.bulk_create(new, ignore_conflicts=True)
+        if old:
+            CheckpointVerification.objects.bulk_update(old, _WRITTEN)
 
 
 def _move(
@@ -192,47 +206,66 @@ def _move(
     return True
 
 
-def _check(
-    row: MemoryDurableReceipt,
-    root: Path | None,
-    full: bool,
-    throttle: Throttle,
-    now: int,
-    report: ScrubReport,
+# The cheap walk reads tuples, not models: (id, source_path, last outcome, size, mtime_ns).
+_WALK = (
+    "id",
+    "source_path",
+    "verification__outcome",
+    "verification__size",
+    "verification__mtime_ns",
+)
+
+
+def _plain_relative(source_path: str) -> bool:
+    """A relative path with no ``..``: its file is ``root/source_path`` without resolving (the
+    full read still resolves it and refuses one that leaves the workspace)."""
+    return not source_path.startswith(("/", "\\")) and ".." not in source_path.split("/")
+
+
+def _unchanged_ids(
+    walk: list[tuple[Any, ...]], root: Path | None, full: bool, report: ScrubReport
+) -> list[int]:
+    """Count the rows whose file is as it was at its last whole read (one ``stat`` each, no
+    read, nothing written); return the ids that need a full read."""
+    need: list[int] = []
+    prefix = f"{root}{os.sep}" if root is not None else ""
+    for pk, source_path, outcome, size, mtime_ns in walk:
+        report.checked += 1
+        if not full and outcome == OK and root is not None and source_path:
+            if _plain_relative(source_path):
+                try:
+                    info = os.stat(prefix + source_path)
+                except OSError:
+                    info = None
+                if info is not None and info.st_size == size and info.st_mtime_ns == mtime_ns:
+                    report.stat_only += 1
+                    report.ok += 1
+                    continue
+        need.append(pk)
+    return need
+
+
+def _read_in_full(
+    ids: list[int], root: Path | None, throttle: Throttle, report: ScrubReport
 ) -> None:
-    verification = getattr(row, "_verification", None)
-    report.checked += 1
-    info: os.stat_result | None = None
-    if root is not None and row.source_path:
-        try:
-            info = checkpoint_file(root, row.source_path).stat()
-        except (OSError, ValueError):
-            info = None  # verify_file says exactly what is wrong
-    if info is not None and _unchanged(verification, info, full):
-        report.stat_only += 1
-        report.ok += 1
+    if not ids:
         return
-    found = verify_file(
-        row,
-        root,
-        parsed_hash=verification.parsed_hash if verification is not None else "",
-        on_read=throttle,
-        stat=info,
-    )
-    if found.bytes_read:
-        report.files_read += 1
-        report.bytes_read += found.bytes_read
-    _record(row, verification, found, now, report)
-
-
-def _batch(gateway: str, agent: str, after_id: int) -> list[MemoryDurableReceipt]:
-    rows = list(
-        _selection(gateway, agent).filter(id__gt=after_id).order_by("id").only(*_FIELDS)[:BATCH]
-    )
-    kept = CheckpointVerification.objects.in_bulk([r.pk for r in rows])
+    rows = list(MemoryDurableReceipt.objects.filter(pk__in=ids).order_by("id").only(*_FIELDS))
+    kept = CheckpointVerification.objects.in_bulk(ids)
+    found: list[CheckpointVerification] = []
     for row in rows:
-        row._verification = kept.get(row.pk)  # type: ignore[attr-defined]
-    return rows
+        verification = kept.get(row.pk)
+        result = verify_file(
+            row,
+            root,
+            parsed_hash=verification.parsed_hash if verification is not None else "",
+            on_read=throttle,
+        )
+        if result.bytes_read:
+            report.files_read += 1
+            report.bytes_read += result.bytes_read
+        found.append(_record(row, verification, result, now_ms(), report))
+    _store(found, set(kept))
 
 
 def scrub_checkpoints(
@@ -271,12 +304,13 @@ def scrub_checkpoints(
             return report
         report.full = cursor.cycle_full
         report.state = "running"
+        selection = _selection(gateway, agent).order_by("id").values_list(*_WALK)
         while True:
-            rows = _batch(gateway, agent, cursor.after_id)
-            for row in rows:
-                _check(row, root, cursor.cycle_full, throttle, now_ms(), report)
+            rows = list(selection.filter(id__gt=cursor.after_id)[:BATCH])
+            need = _unchanged_ids(rows, root, cursor.cycle_full, report)
+            _read_in_full(need, root, throttle, report)
             if rows:
-                cursor.after_id = rows[-1].pk
+                cursor.after_id = rows[-1][0]
             if len(rows) < BATCH:
                 _end_cycle(cursor, now_ms())
                 report.state = "done"
