@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -23,12 +24,16 @@ class Throttle:
         self._start = clock()
         self.bytes = 0
         self.slept = 0.0
+        # Several reader threads share one throttle; a reader that is ahead sleeps holding the
+        # lock, so the others wait too and the rate holds for all of them together.
+        self._lock = threading.Lock()
 
     def __call__(self, n: int) -> None:
-        self.bytes += n
-        if self.rate <= 0:
-            return
-        ahead = self.bytes / self.rate - (self._clock() - self._start)
-        if ahead > 0:
-            self._sleep(ahead)
-            self.slept += ahead
+        with self._lock:
+            self.bytes += n
+            if self.rate <= 0:
+                return
+            ahead = self.bytes / self.rate - (self._clock() - self._start)
+            if ahead > 0:
+                self._sleep(ahead)
+                self.slept += ahead
