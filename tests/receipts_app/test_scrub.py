@@ -216,3 +216,20 @@ def test_verify_checkpoints_exits_non_zero_on_a_missing_file(host_b, capsys):
     assert exited.value.code == 1
     out = capsys.readouterr().out
     assert rows[1].receipt_id in out and "missing" in out
+
+
+def test_beat_queues_each_gateways_scrub_to_the_worker_holding_its_files(db, sent):
+    from operations_app import heartbeats
+    from receipts_app.models import OutboxMessage
+
+    for name in ("a", "b"):
+        ensure_gateway(name)
+    heartbeats.mark_started("worker", "b@host", {"queues": ["gateway.b"]})
+
+    assert tasks.scrub_tick.run() == {"queued": ["b", "local"]}  # a has no live worker
+    queues = sorted(
+        OutboxMessage.objects.filter(task="scrub_checkpoints").values_list("queue", flat=True)
+    )
+    assert queues == ["", "gateway.b"]
+    # The last ones still wait in the outbox: beat queues no second one.
+    assert tasks.scrub_tick.run() == {"queued": []}
