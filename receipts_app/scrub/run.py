@@ -33,7 +33,7 @@ from ..models import CheckpointVerification, MemoryDurableReceipt, ScrubCursor
 from ..statuses import CHECKPOINT_MISSING, CHECKPOINT_SAVED, SCRUB_VERDICT_STATUSES
 from . import settings as scrub_settings
 from .throttle import Throttle
-from .verify import OK, Verification, checkpoint_root, verify_file
+from .verify import OK, Verification, checkpoint_root, resolved_root, verify_file
 
 logger = logging.getLogger(__name__)
 BATCH = 500
@@ -288,6 +288,7 @@ def scrub_checkpoints(
         scrub_settings.read_bytes_per_second() if rate is None else rate, sleep=sleep
     )
     root = root if root is not None else checkpoint_root()
+    resolved_root.cache_clear()  # resolved once a run: a remounted workspace is seen next run
     report = ScrubReport(gateway=gateway, agent=agent)
     with using_gateway(gateway), audit.acting_as(audit.WORKER):
         cursor, _ = ScrubCursor.objects.get_or_create(gateway_id=gateway, agent_id=agent)

@@ -8,9 +8,11 @@ covered transcript entry besides the tool-call events (``coverage_entry_count``)
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import stat as stat_module
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,7 +22,6 @@ from django.conf import settings
 
 from sessions_app.gateways import served_gateway
 
-from ..checkpoint.writer import _resolve_inside
 from ..models import MemoryDurableReceipt
 from ..statuses import CHECKPOINT_MISSING, HASH_MISMATCH
 
@@ -84,9 +85,19 @@ def checkpoint_root() -> Path | None:
     return Path(configured).expanduser() if configured else None
 
 
+@functools.lru_cache(maxsize=8)
+def resolved_root(root: Path) -> Path:
+    return root.resolve()
+
+
 def checkpoint_file(root: Path, source_path: str) -> Path:
-    """The receipt's file under ``root``; ``ValueError`` when the path leaves it."""
-    return _resolve_inside(root, source_path)
+    """The receipt's file under ``root``; ``ValueError`` when the path leaves it (symlinks
+    resolved, as the writer checks it)."""
+    resolved = resolved_root(root)
+    target = (resolved / source_path).resolve()
+    if resolved != target and resolved not in target.parents:
+        raise ValueError(f"checkpoint path escapes the workspace: {source_path}")
+    return target
 
 
 def _read(path: Path, on_read: OnRead | None, keep: bool) -> tuple[str, int, bytes]:
@@ -169,7 +180,7 @@ def verify_file(
     except OSError as exc:
         return Verification(UNREADABLE, f"{receipt.source_path}: {exc.strerror or exc}")
     seen = Verification(OK, size=info.st_size, mtime_ns=info.st_mtime_ns)
-    if not path.is_file():
+    if not stat_module.S_ISREG(info.st_mode):
         return replace(seen, outcome=UNREADABLE, detail=f"{receipt.source_path} is not a file")
     recorded = receipt.content_hash or ""
     try:
