@@ -236,8 +236,16 @@ def main() -> None:
         shutil.rmtree(root)
     root.mkdir(parents=True)
     djbench.setup_django(url)
+    load_before = os.getloadavg()[0]
     result = measure(root, args.checkpoints, args.events)
-    result["backend"] = args.backend
+    result.update(
+        kind="scrub",
+        command="bench/scrub.py " + " ".join(sys.argv[1:]),
+        backend=args.backend,
+        machine=wl.machine_info(),
+        load_before=load_before,
+        load_after=os.getloadavg()[0],
+    )
     print_figures(result, args.backend)
     print(wl.write_result(f"scrub_{args.backend}", result))
 
