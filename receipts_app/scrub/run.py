@@ -139,7 +139,7 @@ def _record(
                 {"receipt_id": row.receipt_id, "outcome": found.outcome, "detail": found.detail}
             )
         if row.status != wanted:
-            if _move(row, wanted, f"scrub: {found.outcome}: {found.detail}", found, "at_risk"):
+            if _move(row, wanted, found.reason, found, "at_risk"):
                 report.moved_at_risk += int(row.status == CHECKPOINT_SAVED)
                 moved_from = moved_from or row.status
     kept = verification or CheckpointVerification(receipt_id=row.pk)

@@ -42,6 +42,15 @@ STATUS_FOR_OUTCOME = {
     UNREADABLE: HASH_MISMATCH,
     COVERAGE_MISMATCH: HASH_MISMATCH,
 }
+# The receipt's reason for each unsafe outcome: one text per outcome, so the failure groups
+# group them (the file and the numbers are in ``detail``, kept with the verification and the
+# receipt's ``scrub`` event).
+REASON_FOR_OUTCOME = {
+    MISSING: "scrub: checkpoint_missing: no checkpoint file where the receipt says",
+    HASH_MISMATCH_OUTCOME: "scrub: hash_mismatch: the file's bytes are not the ones the receipt records",
+    UNREADABLE: "scrub: hash_mismatch: the file cannot be read as checkpoint JSONL",
+    COVERAGE_MISMATCH: "scrub: hash_mismatch: the file's events do not carry the receipt's coverage",
+}
 CHUNK = 1024 * 1024
 
 # Called with the bytes just read (the throttle's hook); the default waits for nothing.
@@ -61,6 +70,11 @@ class Verification:
     @property
     def whole(self) -> bool:
         return self.outcome == OK
+
+    @property
+    def reason(self) -> str:
+        """The receipt's reason when this outcome moves it."""
+        return REASON_FOR_OUTCOME.get(self.outcome, self.detail)
 
     @property
     def status(self) -> str | None:

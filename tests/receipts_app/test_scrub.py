@@ -15,7 +15,13 @@ from receipts_app import health, tasks
 from receipts_app.audit import Actor
 from receipts_app.checkpoint import record_memory_checkpoint
 from receipts_app.counts import receipt_counts
-from receipts_app.models import CheckpointVerification, MemoryDurableReceipt, ReceiptEvent
+from receipts_app.failure_groups import fold_all
+from receipts_app.models import (
+    CheckpointVerification,
+    FailureGroupCount,
+    MemoryDurableReceipt,
+    ReceiptEvent,
+)
 from receipts_app.requeue import requeue_receipt, retake_checkpoint
 from receipts_app.requeue.rules import available_actions
 from receipts_app.scrub import run as scrub_run
@@ -76,7 +82,10 @@ def test_deleted_and_flipped_checkpoints_are_at_risk_alerted_and_retaken(host_b,
     assert (report.missing, report.damaged, report.moved_at_risk) == (1, 1, 2)
     assert _fresh(gone).status == "checkpoint_missing"
     assert _fresh(flipped).status == "hash_mismatch"
-    assert "hash to" in _fresh(flipped).reason
+    assert _fresh(flipped).reason == (
+        "scrub: hash_mismatch: the file's bytes are not the ones the receipt records"
+    )
+    assert "hash to" in CheckpointVerification.objects.get(receipt_id=flipped.pk).detail
     assert _fresh(whole).status == "checkpoint_saved"
     assert _at_risk_b() == 2
     # Each move is on the receipt's timeline, by the worker.
@@ -94,6 +103,13 @@ def test_deleted_and_flipped_checkpoints_are_at_risk_alerted_and_retaken(host_b,
     )
     fired = firing_subjects(rule, Snapshot.read())
     assert list(fired) == ["b/main"] and fired["b/main"].value == 2
+    # The failure groups count them, one group per verdict.
+    fold_all()
+    groups = FailureGroupCount.objects.filter(gateway_id="b", agent_id="main", count__gt=0)
+    assert sorted(groups.values_list("status", "count")) == [
+        ("checkpoint_missing", 1),
+        ("hash_mismatch", 1),
+    ]
     # The one filter lists exactly those rows.
     unsafe = filter_receipts(ReceiptFilter.from_params({"verified": "unsafe"}))
     assert {r.receipt_id for r in unsafe} == {gone.receipt_id, flipped.receipt_id}
@@ -151,7 +167,12 @@ def test_a_file_whose_events_do_not_carry_the_receipts_coverage_is_damaged(host_
     scrub_checkpoints("b", force=True)
     damaged = _fresh(row)
     assert damaged.status == "hash_mismatch"
-    assert "receipt covers 99" in damaged.reason
+    assert "coverage" in damaged.reason
+    verification = CheckpointVerification.objects.get(receipt_id=row.pk)
+    assert (verification.outcome, "receipt covers 99" in verification.detail) == (
+        "coverage_mismatch",
+        True,
+    )
 
 
 def test_the_scrub_never_writes_into_the_workspace(host_b):
