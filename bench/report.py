@@ -69,7 +69,7 @@ def load_of(r: dict) -> str:
 
 
 def cmd(r: dict) -> str:
-    return f"`.venv/bin/python {r['command']}`"
+    return f"`.venv/bin/python {r['command'].strip()}`"
 
 
 # --- loading -------------------------------------------------------------------------------------
@@ -717,6 +717,21 @@ LIMITS = {
         "gunicorn's 2 sync workers on the 2 cores shared with PostgreSQL and `wrk`: requests/s "
         "is bounded by per-request CPU (token check, 50 rows rendered through pydantic)."
     ),
+    "scrub": (
+        "A full cycle is many small files, each in its own directory: per file an open, a "
+        "path resolved component by component (a symlink must not lead out of the workspace), "
+        "a read that waits for the disk, a sha256, and the first time a JSON parse; a cold "
+        "sequential read of one large file needs none of that, so the ratio to it is far below "
+        "0.5 here (the goal is missed). Reading four files at once (threads; reads and hashing "
+        "release the GIL) lifted a cold full re-read from 3.2 to 25-35 MB/s on this machine; a "
+        "bare four-thread open/read/sha256 of the same cold files reached about 250 MB/s, so "
+        "most of the remaining gap is per-file Python work and the batch's SQLite commit, not "
+        "the disk. The disk's own rate moved between 220 and 960 MB/s from run to run under the "
+        "machine's other tenants (load about 11 in this run). The nothing-changed cycle is one "
+        "`stat` and one tuple of a batched keyset read per checkpoint, nothing written: its "
+        "cost is linear in the receipts (no per-row query) and meets the goal at the default "
+        "one-hour cycle."
+    ),
 }
 LIMIT_TITLES = {
     "fsync": "fsync floor",
@@ -734,6 +749,7 @@ LIMIT_TITLES = {
     "requeue": "Requeue plans",
     "api": "Receipts API under load",
     "fleet": "Fleet view and one gateway's receipts pages",
+    "scrub": "Checkpoint scrub",
 }
 
 REPRODUCE = [
@@ -931,7 +947,14 @@ def render(results: dict[str, dict] | None = None) -> str:
 
 # --- adopting results ----------------------------------------------------------------------------
 
-RENDERED_KINDS = ("write_rounds", "suite_time", "write_profile", "fleet_view", "mirror_fleet")
+RENDERED_KINDS = (
+    "write_rounds",
+    "suite_time",
+    "write_profile",
+    "fleet_view",
+    "mirror_fleet",
+    "scrub",
+)
 
 
 def adopt(path: Path) -> Path:

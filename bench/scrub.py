@@ -240,7 +240,7 @@ def main() -> None:
     result = measure(root, args.checkpoints, args.events)
     result.update(
         kind="scrub",
-        command="bench/scrub.py " + " ".join(sys.argv[1:]),
+        command=" ".join(["bench/scrub.py", *sys.argv[1:]]),
         backend=args.backend,
         machine=wl.machine_info(),
         load_before=load_before,
