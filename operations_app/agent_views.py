@@ -19,6 +19,7 @@ from receipts_app.console.helpers import (
     OPERATE_PERM,
     VIEW_PERM,
     HtmxHttpRequest,
+    can_operate,
     console_actor,
     console_role,
     console_view,
@@ -48,6 +49,7 @@ def agent_detail(request: HtmxHttpRequest, agent_id: str) -> HttpResponse:
         "receipt_total": sum(r.count for r in rows if r.agent_id == agent),
         "gateway_rows": agent_link_views(agent, rows),
         "is_admin": console_role(request.user) == "admin",
+        "can_operate": can_operate(request.user),
     }
     return render_page(request, "console/agent_detail.html", context)
 

@@ -63,3 +63,11 @@ def test_the_panel_and_the_verified_list_cost_the_same_queries_at_any_size(
     scrub_checkpoints("b", force=True)
     settings.OPENSQUILLA_GATEWAY = "local"
     assert [count(u) for u in urls] == small
+
+
+def test_the_agent_page_offers_its_scrub_to_operators_only(operator_client, viewer_client):
+    ensure_gateway("b")
+    url = reverse("agents:detail", args=["main"]) + "?gateway=b"
+    page = operator_client.get(url).content.decode()
+    assert 'data-action="scrub-agent"' in page and 'name="gateway" value="b"' in page
+    assert 'data-action="scrub-agent"' not in viewer_client.get(url).content.decode()
