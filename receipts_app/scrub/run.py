@@ -235,7 +235,11 @@ def _unchanged_ids(
 
 
 def _read_in_full(
-    ids: list[int], root: Path | None, throttle: Throttle, report: ScrubReport
+    ids: list[int],
+    root: Path | None,
+    throttle: Throttle,
+    report: ScrubReport,
+    pool: ThreadPoolExecutor,
 ) -> None:
     if not ids:
         return
@@ -248,11 +252,10 @@ def _read_in_full(
         return verify_file(row, root, parsed_hash=parsed, on_read=throttle)
 
     # A few files are read at once: a small file's read is mostly waiting for the disk, and
-    # reads and hashing release the GIL. The outcomes are then recorded in id order.
-    with ThreadPoolExecutor(max_workers=READERS) as pool:
-        results = list(pool.map(read, rows))
+    # reads and hashing release the GIL. Each outcome is recorded, in id order, as soon as it
+    # is in, while the readers go on with the files after it.
     found: list[CheckpointVerification] = []
-    for row, result in zip(rows, results, strict=True):
+    for row, result in zip(rows, pool.map(read, rows), strict=True):
         verification = kept.get(row.pk)
         if result.bytes_read:
             report.files_read += 1
@@ -299,19 +302,20 @@ def scrub_checkpoints(
         report.full = cursor.cycle_full
         report.state = "running"
         selection = _selection(gateway, agent).order_by("id").values_list(*_WALK)
-        while True:
-            rows = list(selection.filter(id__gt=cursor.after_id)[:BATCH])
-            need = _unchanged_ids(rows, root, cursor.cycle_full, report)
-            _read_in_full(need, root, throttle, report)
-            if rows:
-                cursor.after_id = rows[-1][0]
-            if len(rows) < BATCH:
-                _end_cycle(cursor, now_ms())
-                report.state = "done"
-                break
-            if budget and time.monotonic() - started >= budget:
-                break
-            ScrubCursor.objects.filter(pk=cursor.pk).update(after_id=cursor.after_id)
+        with ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="scrub") as pool:
+            while True:
+                rows = list(selection.filter(id__gt=cursor.after_id)[:BATCH])
+                need = _unchanged_ids(rows, root, cursor.cycle_full, report)
+                _read_in_full(need, root, throttle, report, pool)
+                if rows:
+                    cursor.after_id = rows[-1][0]
+                if len(rows) < BATCH:
+                    _end_cycle(cursor, now_ms())
+                    report.state = "done"
+                    break
+                if budget and time.monotonic() - started >= budget:
+                    break
+                ScrubCursor.objects.filter(pk=cursor.pk).update(after_id=cursor.after_id)
         report.seconds = round(time.monotonic() - started, 3)
         cursor.last_run = {k: v for k, v in report.to_dict().items() if k != "unsafe"}
         cursor.save()
