@@ -69,7 +69,7 @@ def load_of(r: dict) -> str:
 
 
 def cmd(r: dict) -> str:
-    return f"`.venv/bin/python {r['command']}`"
+    return f"`.venv/bin/python {r['command'].strip()}`"
 
 
 # --- loading -------------------------------------------------------------------------------------
@@ -521,6 +521,58 @@ def embedded_broker_figures(runs: list[dict]) -> list[Row]:
     return rows
 
 
+def scrub_figures(runs: list[dict]) -> tuple[list[Row], list[str]]:
+    """``bench/scrub.py``: the checkpoint scrub against the disk, and a cycle with nothing changed."""
+    rows: list[Row] = []
+    detail: list[str] = []
+    for r in sorted(runs, key=lambda r: r["name"]):
+        where = (
+            f"{num(r['checkpoints'])} checkpoints of {r['events_per_checkpoint']} events "
+            f"(~{num(r['checkpoint_bytes_mean'] / 1024, 1)} KiB), files dropped from the page "
+            f"cache, {r['backend']}"
+        )
+        for run in r["full"]:
+            ok = run["ratio_to_disk"] is not None and run["ratio_to_disk"] >= 0.5
+            rows.append(
+                _row(
+                    f"Scrub, {run['label']}, unthrottled ({where})",
+                    f"{num(run['mb_per_s'], 1)} MB/s = {run['ratio_to_disk']} of the disk's "
+                    f"{num(r['disk_mb_per_s'], 1)} MB/s sequential read; "
+                    f"{num(run['checkpoints_per_s'])} checkpoints/s; "
+                    f"{num(run['cpu_ms_per_mb'], 1)} ms CPU per MB",
+                    "≥ 0.5 of the disk's sequential read rate",
+                    ok,
+                    r,
+                    "scrub",
+                )
+            )
+        u = r["unchanged"]
+        rows.append(
+            _row(
+                f"Scrub, a cycle with nothing changed, at 1M checkpoint receipts (measured at "
+                f"{num(u['checkpoints'])} and extrapolated linearly; "
+                f"{u['cycle_seconds']:.0f} s cycle; {r['backend']}, process CPU)",
+                f"{u['core_share_at_1m_percent']} % of a core ({u['cpu_us_per_checkpoint']} µs "
+                f"a checkpoint; {u['files_read']} files, {u['bytes_read']} bytes read)",
+                "≤ 1 % of a core",
+                u["core_share_at_1m_percent"] <= u["goal_percent"],
+                r,
+                "scrub",
+            )
+        )
+        detail += [
+            f"`{r['name']}`: {where}. The disk's rate is one cold sequential read of a file as "
+            "large as the checkpoint set, in the same run. A checkpoint is a file of its own in "
+            "a directory of its own (as the writer lays them out), so a cold full read is many "
+            "small reads, four at a time, against one long one: the ratio is the price of that "
+            "layout as much as of the scrub. The first read parses every file; a later full cycle "
+            "hashes bytes it already parsed. The nothing-changed cycle's CPU includes SQLite's "
+            "(in process); on PostgreSQL the server's is not in it.",
+            "",
+        ]
+    return rows, detail
+
+
 def carried_figures(results: dict[str, dict]) -> list[Row]:
     carried = results.get("carried")
     if not carried:
@@ -712,6 +764,24 @@ LIMITS = {
         "(`synchronous=FULL`), on two children sharing the machine's two cores with everything "
         "else running; the broker's share of it is the trivial figure's few milliseconds."
     ),
+    "scrub": (
+        "A full cycle is many small files, each in its own directory: per file an open, a "
+        "path resolved component by component (a symlink must not lead out of the workspace), "
+        "a read that waits for the disk, a sha256, and the first time a JSON parse; a cold "
+        "sequential read of one large file needs none of that, so the ratio to it is far below "
+        "0.5 here (the goal is missed). Reading four files at once (threads; reads and hashing "
+        "release the GIL) and recording each outcome as it comes in while the readers go on "
+        "lifted a cold full re-read from 3.2 MB/s (one file at a time, one commit a file) to "
+        "about 80 MB/s on this machine. A bare four-thread open/read/sha256 of the same cold "
+        "files reached about 250 MB/s, and the scrub over files already in the page cache "
+        "about 95 MB/s (2,000 files in 0.55 s, a third of it the batch's `bulk_create`): the "
+        "rest is per-file Python and SQLite work, on one core. The "
+        "disk's own rate moved between 220 and 960 MB/s from run to run under the "
+        "machine's other tenants. The nothing-changed cycle is one "
+        "`stat` and one tuple of a batched keyset read per checkpoint, nothing written: its "
+        "cost is linear in the receipts (no per-row query) and meets the goal at the default "
+        "one-hour cycle."
+    ),
 }
 LIMIT_TITLES = {
     "fsync": "fsync floor",
@@ -730,6 +800,7 @@ LIMIT_TITLES = {
     "api": "Receipts API under load",
     "fleet": "Fleet view and one gateway's receipts pages",
     "embedded_broker": "Embedded broker",
+    "scrub": "Checkpoint scrub",
 }
 
 REPRODUCE = [
@@ -812,12 +883,14 @@ def render(results: dict[str, dict] | None = None) -> str:
     fleet_rows, fleet_detail = fleet_figures(by_kind(results, "fleet_view"))
     mirror_fleet_rows, mirror_fleet_detail = mirror_fleet_figures(by_kind(results, "mirror_fleet"))
     broker_rows = embedded_broker_figures(by_kind(results, "embedded_broker"))
+    scrub_rows, scrub_detail = scrub_figures(by_kind(results, "scrub"))
     rows = (
         write_rows
         + suite_rows
         + fleet_rows
         + mirror_fleet_rows
         + broker_rows
+        + scrub_rows
         + carried_figures(results)
     )
     machine = next(
@@ -891,6 +964,20 @@ def render(results: dict[str, dict] | None = None) -> str:
         ),
         *(
             [
+                "## Checkpoint scrub",
+                "",
+                "`bench/scrub.py`: real checkpoint JSONL files with their `checkpoint_saved` "
+                "receipts, verified by `receipts_app.scrub.scrub_checkpoints` in this process, "
+                "unthrottled; the files are dropped from the page cache "
+                "(`posix_fadvise(DONTNEED)`) before each full cycle.",
+                "",
+                *scrub_detail,
+            ]
+            if scrub_detail
+            else []
+        ),
+        *(
+            [
                 "## Fleet view at scale",
                 "",
                 "`bench/fleet_view.py`: receipts generated by PostgreSQL itself "
@@ -927,6 +1014,7 @@ RENDERED_KINDS = (
     "fleet_view",
     "mirror_fleet",
     "embedded_broker",
+    "scrub",
 )
 
 

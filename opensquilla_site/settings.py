@@ -310,6 +310,26 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+# --- Checkpoint scrub (receipts_app/scrub, docs/OPERATIONS.md "Checkpoint scrub") -----------
+# Beat queues every gateway's scrub to the worker that holds its files this often; each run
+# goes on for at most OPENSQUILLA_SCRUB_RUN_SECONDS and the next one resumes where it stopped.
+OPENSQUILLA_SCRUB_TICK_SECONDS = float(os.environ.get("OPENSQUILLA_SCRUB_TICK_SECONDS", "300"))
+# A cycle over every checkpoint starts this often (an unchanged file costs a stat) ...
+OPENSQUILLA_SCRUB_CYCLE_SECONDS = float(os.environ.get("OPENSQUILLA_SCRUB_CYCLE_SECONDS", "3600"))
+# ... and one that reads every file in full, changed or not, this often.
+OPENSQUILLA_SCRUB_FULL_CYCLE_SECONDS = float(
+    os.environ.get("OPENSQUILLA_SCRUB_FULL_CYCLE_SECONDS", "86400")
+)
+# The most a scrub reads per second (0: unthrottled).
+OPENSQUILLA_SCRUB_READ_BYTES_PER_SECOND = float(
+    os.environ.get("OPENSQUILLA_SCRUB_READ_BYTES_PER_SECOND", str(20 * 1024 * 1024))
+)
+OPENSQUILLA_SCRUB_RUN_SECONDS = float(os.environ.get("OPENSQUILLA_SCRUB_RUN_SECONDS", "240"))
+CELERY_BEAT_SCHEDULE["scrub-checkpoints"] = {
+    "task": "receipts_app.tasks.scrub_tick",
+    "schedule": OPENSQUILLA_SCRUB_TICK_SECONDS,
+}
+
 # --- Caches and login rate limiting ------------------------------------------------------
 # The login limit (opensquilla_site/login_limit.py) needs a cache every web process shares.
 # Scale-out uses Redis; the embedded default uses the filesystem under var/, shared by the

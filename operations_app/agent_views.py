@@ -51,6 +51,7 @@ def agent_detail(request: HtmxHttpRequest, agent_id: str) -> HttpResponse:
         "is_admin": console_role(request.user) == "admin",
         # Viewers see the link's reachability only; its messages name addresses and errors.
         "show_details": can_operate(request.user),
+        "can_operate": can_operate(request.user),
     }
     return render_page(request, "console/agent_detail.html", context)
 

@@ -84,6 +84,7 @@ class AlertRule(models.Model):
     BEAT_SILENT = "beat_silent"
     GATEWAY_MEMORY_GAP = "gateway_memory_gap"
     GATEWAY_LINK = "gateway_link"
+    CHECKPOINT_UNSAFE = "checkpoint_unsafe"
     CONDITIONS = (
         (FAILURE_STATUS, "Receipts in a failure status (count at least N)"),
         (BACKLOG_COUNT, "Repair backlog above N receipts"),
@@ -94,6 +95,10 @@ class AlertRule(models.Model):
         (BEAT_SILENT, "No beat tick for T seconds"),
         (GATEWAY_MEMORY_GAP, "Gateway and console disagree on at least N receipts (memory gap)"),
         (GATEWAY_LINK, "Gateway link not ok for longer than T seconds"),
+        (
+            CHECKPOINT_UNSAFE,
+            "Saved checkpoints found missing or damaged on disk by the scrub (count at least N)",
+        ),
     )
     WEBHOOK = "webhook"
     SLACK = "slack"

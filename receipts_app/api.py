@@ -17,7 +17,7 @@ from ninja import Body, Query, Router, Status
 from ninja.decorators import decorate_view
 
 from opensquilla_site.auth import OPERATE, READ, Principal, principal
-from opensquilla_site.exceptions import ConflictError, NotFoundError
+from opensquilla_site.exceptions import ConflictError, NotFoundError, ValidationFailed
 from opensquilla_site.idempotency import run_idempotent
 from opensquilla_site.limits import BULK_MAX_BODY_BYTES, body_limit
 from opensquilla_site.pagination import keyset_page
@@ -28,7 +28,7 @@ from sessions_app.gateways import known_gateway
 from sessions_app.keys import canonicalize_session_key, normalize_agent_id
 from sessions_app.selectors import get_session_or_404
 
-from . import gateways, handover, health, ledger, requeue, restore, services
+from . import gateways, handover, health, ledger, requeue, restore, scrub, services
 from .audit import Actor, acting_as
 from .mirror.exposure import fleet_for_viewer, mirror_for_viewer
 from .mirror.state import mirror_states
@@ -59,6 +59,7 @@ from .schemas import (
     RequeueOut,
     RequeuePlanIn,
     RequeuePlanOut,
+    ScrubIn,
     TaskOut,
 )
 from .selectors import (
@@ -66,6 +67,7 @@ from .selectors import (
     get_receipt,
     page_receipts,
 )
+from .statuses import SCRUB_VERDICT_STATUSES
 
 # Mounted under their prefixes in opensquilla_site/api.py: /receipts, /requeue-plans, /health,
 # and /sessions (the receipt-backed session routes).
@@ -495,6 +497,43 @@ def list_gateway_archives(request: HttpRequest, name: str) -> dict[str, Any]:
         "ledger_retired_at": gateway.ledger_retired_at,
         "agents": [group.to_dict() for group in handover.undistilled_archives(gateway.name)],
     }
+
+
+@gateways_router.post(
+    "/{name}/scrub",
+    response={202: TaskOut, **errors(*WRITE_ERRORS)},
+    auth=OPERATE,
+    operation_id="scrub_checkpoints",
+)
+def scrub_gateway(
+    request: HttpRequest, name: str, payload: ScrubIn = Body(default=None)
+) -> Status[Any]:
+    """Verify the gateway's checkpoint files now (one agent's with ``agent``), on the worker that
+    holds them (202 with the task id). ``status_url`` lists the gateway's checkpoints the scrub
+    found missing or damaged (docs/STATUSES.md#scrub)."""
+    caller = principal(request)
+    agent = payload.agent if payload else None
+    full = bool(payload.full) if payload else False
+
+    def act() -> Status[Any]:
+        try:
+            with acting_as(_actor(caller)):
+                asked = scrub.request_scrub(name, agent, full=full)
+        except KeyError as exc:
+            raise NotFoundError(str(exc.args[0] if exc.args else exc)) from exc
+        except ValueError as exc:
+            raise ValidationFailed(str(exc)) from exc
+        params: dict[str, Any] = {
+            "gateway": asked.gateway,
+            "scope": "checkpoint",
+            "status": ",".join(SCRUB_VERDICT_STATUSES),
+        }
+        if asked.agent:
+            params["agent"] = asked.agent
+        url = _receipts_url(**params)
+        return Status(202, TaskOut(task_id=asked.task_id, status_url=url, warning=asked.warning))
+
+    return run_idempotent(request, owner=caller.idempotency_owner, action=act)
 
 
 # --- receipt-backed session routes ----------------------------------------------------------

@@ -59,7 +59,15 @@ FLUSH_SESSION = "flush_session"
 REPAIR_RECEIPT = "repair_receipt"
 REPAIR_TICK = "repair_tick"
 RUN_REQUEUE_PLAN = "run_requeue_plan"
-TASKS = (CHECKPOINT_SESSION, FLUSH_SESSION, REPAIR_RECEIPT, REPAIR_TICK, RUN_REQUEUE_PLAN)
+SCRUB_CHECKPOINTS = "scrub_checkpoints"
+TASKS = (
+    CHECKPOINT_SESSION,
+    FLUSH_SESSION,
+    REPAIR_RECEIPT,
+    REPAIR_TICK,
+    RUN_REQUEUE_PLAN,
+    SCRUB_CHECKPOINTS,
+)
 _TASK_MODULE = "receipts_app.tasks"
 # Each task's time limits (task_limits.py): a message sent longer ago than its hard limit plus
 # the margin, and still in the outbox, lost its task. With a repair tick every minute the work
@@ -70,6 +78,7 @@ LIMITS = {
     REPAIR_RECEIPT: task_limits.REPAIR_RECEIPT,
     REPAIR_TICK: task_limits.REPAIR_TICK,
     RUN_REQUEUE_PLAN: task_limits.PLAN,
+    SCRUB_CHECKPOINTS: task_limits.SCRUB,
 }
 MAX_SENDS = 5
 RESEND_LIMIT = 500
@@ -352,6 +361,26 @@ def outstanding_gateway_ticks() -> set[str]:
         .values_list("kwargs", flat=True)
         if isinstance(kwargs, dict) and kwargs.get("gateway")
     }
+
+
+def scrub_message(
+    gateway: str, *, agent: str | None = None, force: bool = False, full: bool | None = None
+) -> Message:
+    """Verify gateway ``gateway``'s checkpoint files (one agent's, with ``agent``) on the worker
+    that holds them; ``force``: now, even when no cycle is due."""
+    kwargs: dict[str, Any] = {"agent": agent or "", "force": force, "full": full}
+    return (SCRUB_CHECKPOINTS, (), {**kwargs, **_gateway_kwargs(gateway)})
+
+
+def outstanding_scrubs() -> set[tuple[str, str]]:
+    """(gateway, agent) of the scrubs still in the outbox: beat queues no second one."""
+    out: set[tuple[str, str]] = set()
+    for kwargs in OutboxMessage.objects.filter(task=SCRUB_CHECKPOINTS).values_list(
+        "kwargs", flat=True
+    ):
+        if isinstance(kwargs, dict):
+            out.add((str(kwargs.get("gateway") or DEFAULT_GATEWAY), str(kwargs.get("agent") or "")))
+    return out
 
 
 def plan_runner_message(plan_id: str, *, fan_out: bool = True) -> Message:

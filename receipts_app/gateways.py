@@ -8,9 +8,11 @@ alerts count it, memory safety errors, the repair backlog, repairs given up), ea
 worst state of its followed sources and their largest lag). The counts come from the counts
 table (one read for every gateway) and the mirror's state from its one reader, so the cost
 grows neither with the ledger nor with the fleet: four queries, or two when the caller has
-read the counts and the mirror already. Each gateway also says who repairs its rows
-(``repairs``: ``gateway`` or ``console``, ``receipts_app.handover``) and, once its ledger was
-retired by its upgrade to 0.5.5+, when that was seen and how many receipts it retired. The console's fleet view (the overview) and
+read the counts and the mirror already, plus one for how much of each gateway's saved memory the
+checkpoint scrub verified within its full cycle (``checkpoints``). Each gateway also says who
+repairs its rows (``repairs``: ``gateway`` or ``console``, ``receipts_app.handover``) and, once
+its ledger was retired by its upgrade to 0.5.5+, when that was seen and how many receipts it
+retired. The console's fleet view (the overview) and
 ``GET /api/v1/gateways`` both read :func:`fleet`.
 """
 
@@ -24,7 +26,8 @@ from sessions_app.gateways import Gateway, gateway_scope
 from .counts import CountRow, per_status, receipt_counts
 from .handover import REPAIRS_LABELS, repairs_of, retired_counts
 from .mirror.state import FAILING, HEALTHY_STATUSES, IMPORTING, OK, STOPPED, WARNING, mirror_states
-from .selectors import ReceiptFilter
+from .scrub.summary import VerifiedSummary, verified_summary
+from .selectors import ReceiptFilter, verified_window_ms
 from .statuses import (
     AT_RISK_STATUSES,
     MEMORY_SAFETY_ERROR_STATUSES,
@@ -85,8 +88,12 @@ def fleet(
     for state in states:
         states_of.setdefault(state["gateway"], []).append(state)
     retired = retired_counts()
+    verified = verified_summary(scope, rows=rows)
     for gateway in gateways.order_by("name"):
         mine = rows_of.get(gateway.name, [])
+        checkpoints = verified.get(gateway.name) or VerifiedSummary(
+            gateway.name, 0, 0, 0, 0, window_seconds=verified_window_ms() / 1000
+        )
         at_risk = {}
         for name, statuses in AT_RISK.items():
             count = sum(per_status(mine, statuses=statuses).values())
@@ -115,6 +122,9 @@ def fleet(
                 # Its upgrade to 0.5.5+ retired its flush and repair rows (V044).
                 "ledger_retired_at": gateway.ledger_retired_at,
                 "retired_receipts": retired.get(gateway.name, 0),
+                "checkpoints": checkpoints.to_dict(),
+                # The same, as the object the console's templates render.
+                "checkpoints_summary": checkpoints,
             }
         )
     return out

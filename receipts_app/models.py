@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import F, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 
 from opensquilla_site.acting import SURFACES as ACTING_SURFACES
@@ -46,8 +46,18 @@ class ReceiptQuerySet(GatewayQuerySet["MemoryDurableReceipt"]):
             "updated_at",
         )
 
+    def with_verification(self) -> ReceiptQuerySet:
+        """Each row's last scrub verification (``verified_at``, ``verified_outcome``; None when
+        never verified): a primary-key probe per row shown, no join in the page's walk."""
+        verification = CheckpointVerification.objects.filter(receipt_id=OuterRef("pk"))
+        return self.annotate(
+            verified_at=Subquery(verification.values("verified_at")[:1]),
+            verified_outcome=Subquery(verification.values("outcome")[:1]),
+        )
+
 
 class MemoryDurableReceipt(models.Model):
+    # (``ReceiptQuerySet.with_verification`` reads ``CheckpointVerification``, defined below.)
     # ``id`` is the insertion order, standing in for SQLite's rowid in every
     # "created_at, rowid" ordering of the reference implementation.
     id = models.BigAutoField(primary_key=True)
@@ -384,3 +394,73 @@ class OutboxMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task} {self.task_id}"
+
+
+class CheckpointVerification(models.Model):
+    """When the scrub last verified a checkpoint receipt's file, and what it found
+    (receipts_app.scrub, docs/STATUSES.md#scrub).
+
+    A side table keyed by the receipt, not columns on the receipt: the scrub touches every
+    checkpoint row once a cycle, and writing the receipts table would fire its count triggers,
+    bump ``updated_at`` (the requeue's compare-and-set stamp) and widen the ledger's
+    hand-written upsert, the hot write path, which stays exactly as it was. The link has no
+    database constraint and no cascade, so a session purge's delete of receipts stays one
+    statement; a row whose receipt is gone is never read (every read joins the receipt).
+    """
+
+    receipt = models.OneToOneField(
+        MemoryDurableReceipt,
+        primary_key=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="verification",
+    )
+    # The receipt's gateway and agent, copied so a gateway's summary reads this table alone.
+    gateway_id = models.CharField(max_length=64)
+    agent_id = models.CharField(max_length=64, default="", blank=True)
+    verified_at = models.BigIntegerField()  # ms: the last check (a stat or a full read)
+    read_at = models.BigIntegerField(null=True, blank=True)  # ms: the last full read
+    outcome = models.CharField(max_length=32)
+    detail = models.TextField(blank=True, default="")
+    # The file as last read in full: an unchanged size and mtime skip the read until the
+    # full cycle is due.
+    size = models.BigIntegerField(null=True, blank=True)
+    mtime_ns = models.BigIntegerField(null=True, blank=True)
+    # The status the scrub moved the receipt from ("" when it moved nothing): only such a
+    # receipt is moved back when a later scrub finds its file whole again.
+    moved_from = models.CharField(max_length=64, blank=True, default="")
+    # sha256 of bytes already parsed and found to carry the receipt's coverage: re-reading the
+    # same bytes hashes them and skips the parse.
+    parsed_hash = models.CharField(max_length=128, blank=True, default="")
+
+    class Meta:
+        indexes = [
+            # A gateway's summary (how much was verified since when, how much failed).
+            models.Index(fields=["gateway_id", "outcome", "verified_at"], name="idx_cv_summary"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.receipt_id}: {self.outcome}"
+
+
+class ScrubCursor(models.Model):
+    """Where a gateway's (or one agent's) scrub is in its cycle, so a run resumes there."""
+
+    gateway_id = models.CharField(max_length=64)
+    agent_id = models.CharField(max_length=64, blank=True, default="")  # "": every agent
+    after_id = models.BigIntegerField(default=0)  # the last receipt id checked this cycle
+    cycle_started_at = models.BigIntegerField(null=True, blank=True)
+    cycle_full = models.BooleanField(default=False)  # this cycle reads every file in full
+    last_cycle_at = models.BigIntegerField(null=True, blank=True)  # when the last cycle ended
+    last_cycle_started_at = models.BigIntegerField(null=True, blank=True)
+    last_full_cycle_at = models.BigIntegerField(null=True, blank=True)
+    last_full_cycle_started_at = models.BigIntegerField(null=True, blank=True)
+    last_run = models.JSONField(default=dict, blank=True)  # the last run's counters
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["gateway_id", "agent_id"], name="scrub_cursor_uniq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gateway_id}/{self.agent_id or '*'} after {self.after_id}"

@@ -375,6 +375,13 @@ class FlushOut(Schema):
     receipts: list[ReceiptOut] = Field(description="ledger rows this flush wrote")
 
 
+class ScrubIn(Schema):
+    agent: Text | None = Field(default=None, description="only this agent's checkpoints")
+    full: bool = Field(default=False, description="read every file in full, changed or not")
+
+    model_config = {"extra": "forbid"}
+
+
 class CheckpointIn(Schema):
     # It becomes part of the receipt's idempotency key: bounded and checked as one (the service
     # also holds the whole key to the bound, which depends on the session key's length).
@@ -462,6 +469,24 @@ class MirrorSummaryOut(Schema):
     sources: int
 
 
+class CheckpointsVerifiedOut(Schema):
+    """How much of the gateway's saved memory the checkpoint scrub verified (docs/STATUSES.md)."""
+
+    saved: int = Field(
+        description="checkpoint receipts the scrub verifies: saved, missing or damaged"
+    )
+    verified: int = Field(description="found whole by a full read within the full cycle")
+    not_verified: int
+    missing: int
+    damaged: int
+    window_seconds: float = Field(
+        description="the full cycle, OPENSQUILLA_SCRUB_FULL_CYCLE_SECONDS"
+    )
+    filters: dict[str, dict[str, Any]] = Field(
+        description="ReceiptFilter params listing the rows of verified, not_verified, missing, damaged"
+    )
+
+
 class GatewayOut(Schema):
     name: str
     display_name: str
@@ -483,6 +508,7 @@ class GatewayOut(Schema):
     # receipts that retired; None / 0 before.
     ledger_retired_at: int | None
     retired_receipts: int
+    checkpoints: CheckpointsVerifiedOut
 
 
 class GatewayListOut(Schema):

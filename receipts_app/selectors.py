@@ -12,8 +12,9 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from django.conf import settings
 from django.db import connection
-from django.db.models import Exists, QuerySet
+from django.db.models import Exists, Q, QuerySet
 
 from opensquilla_site.exceptions import ValidationFailed
 from opensquilla_site.pagination import MAX_PAGE_SIZE, Page, keyset_page_of_parts
@@ -27,8 +28,13 @@ from . import counts
 from .checkpoint import checkpoint_coverage_hash, checkpoint_turn_id
 from .ledger import due_q, list_memory_durable_receipts, literal_prefix
 from .memory_gap import gap_q
-from .models import FailureGroupMember, MemoryDurableReceipt, ReceiptCount
-from .statuses import CHECKPOINT_SAVED, KNOWN_STATUSES
+from .models import (
+    CheckpointVerification,
+    FailureGroupMember,
+    MemoryDurableReceipt,
+    ReceiptCount,
+)
+from .statuses import CHECKPOINT_SAVED, KNOWN_STATUSES, SCRUB_VERDICT_STATUSES
 
 COUNT_CAP = 10_000
 # A list of up to this many statuses is read one status at a time (``page_receipts``).
@@ -130,6 +136,48 @@ def _gap(value: str | None, errors: dict[str, str]) -> str | None:
     return side
 
 
+VERIFIED_CHOICES = ("ok", "stale", "never", "unsafe")
+
+
+def _verified(value: str | None, errors: dict[str, str]) -> str | None:
+    if value is None:
+        return None
+    if value.lower() not in VERIFIED_CHOICES:
+        errors["verified"] = "verified must be ok, stale, never or unsafe"
+        return None
+    return value.lower()
+
+
+def verified_window_ms() -> int:
+    """How recent a whole read must be to count as verified: the full cycle
+    (``OPENSQUILLA_SCRUB_FULL_CYCLE_SECONDS``), the window of every "verified within" figure."""
+    try:
+        seconds = float(getattr(settings, "OPENSQUILLA_SCRUB_FULL_CYCLE_SECONDS", 86400))
+    except (TypeError, ValueError):
+        seconds = 86400.0
+    return int(max(seconds, 0) * 1000)
+
+
+def verified_q(choice: str, now: int) -> Q:
+    """The checkpoint receipts whose scrub verification is ``choice`` (docs/STATUSES.md#scrub):
+    ok: found whole by a full read within the full cycle; stale: a checkpoint the scrub
+    verifies (saved, missing or damaged) not found whole within it; never: never verified;
+    unsafe: last found missing or damaged."""
+    whole = CheckpointVerification.objects.filter(
+        outcome="ok", verified_at__gte=now - verified_window_ms()
+    ).values("receipt_id")
+    checkpoint = Q(scope="checkpoint")
+    if choice == "ok":
+        return checkpoint & Q(id__in=whole)
+    if choice == "stale":
+        scrubbed = Q(status__in=(CHECKPOINT_SAVED, *SCRUB_VERDICT_STATUSES))
+        return checkpoint & scrubbed & ~Q(id__in=whole)
+    if choice == "never":
+        return checkpoint & ~Q(id__in=CheckpointVerification.objects.values("receipt_id"))
+    unsafe = CheckpointVerification.objects.exclude(outcome="ok").values("receipt_id")
+    return checkpoint & Q(id__in=unsafe)
+
+
 FilterKind = Literal["many", "text", "time", "count", "flag"]
 
 
@@ -184,6 +232,14 @@ RECEIPT_FILTER_FIELDS: tuple[FilterField, ...] = (
         "here: open here, closed at the gateway",
         16,
     ),
+    FilterField(
+        "verified",
+        "text",
+        "the checkpoint scrub (docs/STATUSES.md): ok: found whole within the full cycle; "
+        "stale: not found whole within it; never: never verified; unsafe: last found missing "
+        "or damaged",
+        16,
+    ),
 )
 _FIELD = {f.param: f for f in RECEIPT_FILTER_FIELDS}
 
@@ -212,6 +268,8 @@ class ReceiptFilter:
     fingerprint: str | None = None
     # The memory gap (receipts_app.memory_gap): "any", "gateway" or "here".
     gap: str | None = None
+    # The checkpoint scrub's verification (``VERIFIED_CHOICES``).
+    verified: str | None = None
 
     PARAMS = tuple(f.param for f in RECEIPT_FILTER_FIELDS)
 
@@ -290,6 +348,7 @@ class ReceiptFilter:
             gateway=gateway,
             fingerprint=_fingerprint(params.get("fingerprint"), errors),
             gap=_gap(text("gap"), errors),
+            verified=_verified(text("verified"), errors),
         )
         if errors:
             raise ValidationFailed("; ".join(errors.values()), extra={"fields": errors})
@@ -372,6 +431,8 @@ def filter_receipts(
         qs = qs.filter(receipt_id__in=members.values("receipt_id"))
     if f.gap is not None:
         qs = qs.filter(gap_q(None if f.gap == "any" else f.gap))
+    if f.verified is not None:
+        qs = qs.filter(verified_q(f.verified, now if now is not None else now_ms()))
     return qs
 
 
@@ -399,7 +460,7 @@ def page_receipts(
         one = statuses[0] if len(statuses) == 1 else None
         parts = [_unless_uncounted(filter_receipts(f), f, one)]
     if for_console:
-        parts = [qs.for_console() for qs in parts]  # type: ignore[attr-defined]
+        parts = [qs.for_console().with_verification() for qs in parts]  # type: ignore[attr-defined]
     return keyset_page_of_parts(parts, cursor=cursor, limit=limit)
 
 

@@ -2,7 +2,8 @@
 
 ``status`` is free text in the ledger (an import never rejects an unknown value); these are the
 statuses the product writes or reads. Upstream OpenSquilla's come first, then the four this
-product adds so an operator has a way out of a failure (docs/STATUSES.md says what moves each).
+product adds so an operator has a way out of a failure, and the scrub's ``checkpoint_missing``
+(docs/STATUSES.md says what moves each).
 
 Every page, count, filter, rule and task asks this module which statuses belong to a group, so a
 count and the link that lists its rows cannot disagree.
@@ -34,6 +35,9 @@ ACKNOWLEDGED = "acknowledged"
 # (migration V044 retires the flush and repair pipelines): kept here with its history, no
 # longer anyone's backlog or at risk (docs/STATUSES.md, docs/MIRROR.md).
 RETIRED_UPSTREAM = "retired_upstream"
+# A saved checkpoint whose file the scrub (receipts_app.scrub) no longer finds where the receipt
+# says it is. Upstream has no word for it; a damaged file is upstream's ``hash_mismatch``.
+CHECKPOINT_MISSING = "checkpoint_missing"
 
 # --- groups -----------------------------------------------------------------------------------
 # The order of the console's status tabs: what needs an operator first.
@@ -56,6 +60,7 @@ KNOWN_STATUSES: tuple[str, ...] = (
     FLUSH_FAILED,
     RECEIPT_ORPHANED,
     HASH_MISMATCH,
+    CHECKPOINT_MISSING,
 )
 KNOWN_SCOPES: tuple[str, ...] = ("checkpoint", "preimage", "flush", "repair")
 # The scopes upstream's V044 (0.5.5) deletes from a gateway's ledger.
@@ -68,6 +73,7 @@ FAILURE_STATUSES: tuple[str, ...] = (
     REPAIR_ABANDONED,
     RECEIPT_ORPHANED,
     HASH_MISMATCH,
+    CHECKPOINT_MISSING,
 )
 # An operator may accept exactly the failures above as final, with a written reason.
 ACKNOWLEDGEABLE_STATUSES: tuple[str, ...] = FAILURE_STATUSES
@@ -79,6 +85,8 @@ REPAIR_QUEUE_STATUSES: tuple[str, ...] = (REPAIR_PENDING, DISTILL_FAILED, FLUSH_
 # rules still decide the outcome; this keeps the button off successes and in-flight work).
 ROW_REQUEUEABLE_STATUSES: tuple[str, ...] = (
     CHECKPOINT_FAILED,
+    HASH_MISMATCH,
+    CHECKPOINT_MISSING,
     *TERMINAL_REPAIR_STATUSES,
     *REPAIR_QUEUE_STATUSES,
 )
@@ -105,4 +113,9 @@ MEMORY_SAFETY_ERROR_STATUSES: tuple[str, ...] = (
     CHECKPOINT_REQUEUED,
     RECEIPT_ORPHANED,
     HASH_MISMATCH,
+    CHECKPOINT_MISSING,
 )
+# A saved checkpoint the scrub found unsafe on disk: gone, or not the bytes the receipt
+# records. Only checkpoint-scope rows in these statuses are retaken by a requeue, and only
+# rows the scrub itself moved here are moved back when a later scrub finds the file whole.
+SCRUB_VERDICT_STATUSES: tuple[str, ...] = (CHECKPOINT_MISSING, HASH_MISMATCH)

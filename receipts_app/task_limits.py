@@ -28,10 +28,12 @@ FLUSH = TimeLimit(soft=300, hard=360)
 REPAIR_RECEIPT = TimeLimit(soft=300, hard=360)
 REPAIR_TICK = TimeLimit(soft=900, hard=960)
 PLAN = TimeLimit(soft=300, hard=360)
+# A scrub run stops itself after OPENSQUILLA_SCRUB_RUN_SECONDS (240) and resumes next time.
+SCRUB = TimeLimit(soft=300, hard=360)
 # The Celery defaults, for any task that names none.
 DEFAULT = TimeLimit(soft=300, hard=360)
 
-ALL = (CHECKPOINT, FLUSH, REPAIR_RECEIPT, REPAIR_TICK, PLAN, DEFAULT)
+ALL = (CHECKPOINT, FLUSH, REPAIR_RECEIPT, REPAIR_TICK, PLAN, SCRUB, DEFAULT)
 LONGEST_HARD_SECONDS = max(limit.hard for limit in ALL)
 # Room for the worker to notice the hard limit and for clock skew between hosts.
 MARGIN_SECONDS = 60

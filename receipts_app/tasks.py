@@ -30,9 +30,9 @@ from django.db import InterfaceError, OperationalError
 
 from opensquilla_site import timeutil
 from receipts_app import task_limits
-from sessions_app.gateways import MisroutedWork, check_served, using_gateway
+from sessions_app.gateways import DEFAULT_GATEWAY, MisroutedWork, check_served, using_gateway
 
-from . import audit, enqueue, flush_runtime, repair, requeue, services
+from . import audit, enqueue, flush_runtime, repair, requeue, scrub, services
 from .checkpoint import DEFAULT_SOURCE
 from .enqueue import (
     CHECKPOINT_SESSION,
@@ -40,6 +40,7 @@ from .enqueue import (
     REPAIR_RECEIPT,
     REPAIR_TICK,
     RUN_REQUEUE_PLAN,
+    SCRUB_CHECKPOINTS,
     task_name,
 )
 
@@ -147,6 +148,30 @@ def repair_tick(gateway: str | None = None) -> dict[str, Any]:
     swept = requeue.sweep_lost_work(timeutil.now_ms())
     ticks = repair.queue_gateway_ticks()
     return {"repair": repaired, "swept": swept, "gateway_ticks": ticks}
+
+
+@shared_task(
+    name=task_name(SCRUB_CHECKPOINTS),
+    soft_time_limit=task_limits.SCRUB.soft,
+    time_limit=task_limits.SCRUB.hard,
+    **_RETRY,
+)
+def scrub_checkpoints(
+    agent: str = "", force: bool = False, full: bool | None = None, gateway: str | None = None
+) -> dict[str, Any]:
+    """Verify a gateway's checkpoint files (receipts_app.scrub) on the worker that holds them."""
+    name = gateway or DEFAULT_GATEWAY
+    try:
+        report = scrub.scrub_checkpoints(name, agent or None, force=force, full=full)
+    except MisroutedWork as exc:
+        return _refused(exc, gateway=name)
+    return report.to_dict()
+
+
+@shared_task(soft_time_limit=50, time_limit=60, expires=30, ignore_result=True, **_RETRY)
+def scrub_tick() -> dict[str, Any]:
+    """Beat's: queue every gateway's scrub to its own worker (a run starts a cycle when due)."""
+    return {"queued": scrub.queue_scrubs()}
 
 
 @shared_task(soft_time_limit=50, time_limit=60, expires=30, ignore_result=True, **_RETRY)

@@ -20,7 +20,7 @@ from opensquilla_site import timeutil
 from receipts_app.counts import CountRow, receipt_counts
 from receipts_app.mirror.gap import gap_counts
 from receipts_app.selectors import ReceiptFilter, filter_receipts
-from receipts_app.statuses import FAILURE_STATUSES
+from receipts_app.statuses import FAILURE_STATUSES, SCRUB_VERDICT_STATUSES
 from receipts_app.verdict import LABELS, State
 
 from ..heartbeats import HeartbeatView, heartbeats, latest_seen
@@ -100,6 +100,34 @@ def _failures(rule: AlertRule, snap: Snapshot) -> dict[str, Firing]:
     }
 
 
+def _unsafe_checkpoints(rule: AlertRule, snap: Snapshot) -> dict[str, Firing]:
+    """Subject ``gateway/agent``: saved checkpoints the scrub found missing or damaged
+    (``checkpoint_missing``, ``hash_mismatch`` of scope checkpoint), when at least the
+    threshold (0 fires on any, like 1). The receipts list
+    ``?gateway=G&agent=A&scope=checkpoint&status=checkpoint_missing,hash_mismatch`` shows them."""
+    per_agent: dict[tuple[str, str], dict[str, int]] = {}
+    for row in snap.counts:
+        if row.scope != "checkpoint" or row.status not in SCRUB_VERDICT_STATUSES:
+            continue
+        if not _in_gateway(rule, row.gateway_id) or (rule.agent and row.agent_id != rule.agent):
+            continue
+        per = per_agent.setdefault((row.gateway_id, row.agent_id), {})
+        per[row.status] = per.get(row.status, 0) + row.count
+    out: dict[str, Firing] = {}
+    for (gateway, agent), per in sorted(per_agent.items()):
+        n = sum(per.values())
+        if n and n >= rule.threshold:
+            parts = ", ".join(f"{count} {status}" for status, count in sorted(per.items()))
+            out[subject_of(gateway, agent)] = Firing(
+                n,
+                f"{n} saved checkpoint{'s' if n != 1 else ''} of agent {agent or '(none)'} on "
+                f"gateway {gateway} {'are' if n != 1 else 'is'} missing or damaged on disk "
+                f"({parts})",
+                gateway,
+            )
+    return out
+
+
 def _silence(kind: str, rule: AlertRule, snap: Snapshot) -> dict[str, Firing]:
     seen = latest_seen(kind, snap.beats)
     label = "worker" if kind == "worker" else "beat"
@@ -166,6 +194,8 @@ def firing_subjects(rule: AlertRule, snap: Snapshot) -> dict[str, Firing]:
         return _gateway_gap(rule)
     if c == AlertRule.GATEWAY_LINK:
         return _gateway_link(rule, snap)
+    if c == AlertRule.CHECKPOINT_UNSAFE:
+        return _unsafe_checkpoints(rule, snap)
     return {}
 
 

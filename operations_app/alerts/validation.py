@@ -27,6 +27,7 @@ COUNT_CONDITIONS = (
     AlertRule.FAILURE_STATUS,
     AlertRule.BACKLOG_COUNT,
     AlertRule.GATEWAY_MEMORY_GAP,
+    AlertRule.CHECKPOINT_UNSAFE,
 )
 # Conditions about processes that serve every gateway: a gateway scope means nothing to them.
 EVERY_GATEWAY_CONDITIONS = (AlertRule.WORKER_SILENT, AlertRule.BEAT_SILENT)

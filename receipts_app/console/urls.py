@@ -11,6 +11,7 @@ from .views import (
     overview,
     plans,
     receipts,
+    scrub,
     session_memory,
     sessions,
 )
@@ -24,6 +25,8 @@ receipt_patterns = (
             gateway_repairs.gateway_repairs,
             name="gateway_repairs",
         ),
+        path("scrub/", scrub.scrub_now, name="scrub"),
+        path("checkpoints/verified/", scrub.checkpoints_verified, name="checkpoints_verified"),
         path("receipts/", receipts.receipt_list, name="list"),
         path("receipts/new-count/", receipts.receipt_new_count, name="new_count"),
         # Receipt ids are free text (imports, the API): the converter accepts any stored one.

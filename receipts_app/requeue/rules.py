@@ -29,6 +29,7 @@ from ..statuses import (
     REPAIR_QUEUE_STATUSES,
     REPAIR_RUNNING,
     RESOLVED_STATUSES,
+    SCRUB_VERDICT_STATUSES,
     SUCCESS_STATUSES,
     TERMINAL_REPAIR_STATUSES,
 )
@@ -82,6 +83,14 @@ def _fence_reason(receipt: Receipt, live: str | None) -> str | None:
     return None
 
 
+def retakes_checkpoint(receipt: Receipt) -> bool:
+    """A row a requeue retakes as a checkpoint of the live transcript: a failed checkpoint, or
+    a saved one whose file the scrub found missing or damaged (docs/STATUSES.md#scrub)."""
+    if receipt.status == CHECKPOINT_FAILED:
+        return True
+    return receipt.status in SCRUB_VERDICT_STATUSES and receipt.scope == "checkpoint"
+
+
 class RowFacts(NamedTuple):
     """A row's columns the plans use, without building a model instance.
 
@@ -101,6 +110,9 @@ class RowFacts(NamedTuple):
     updated_at: int
     turn_id: str | None
     gateway_id: str
+    # A saved checkpoint the scrub found unsafe is retaken; a repair row in the same status
+    # is not (``retakes_checkpoint``).
+    scope: str = ""
 
 
 ROW_FACT_FIELDS = ("pk", *RowFacts._fields[1:])
@@ -144,7 +156,7 @@ class BatchContext:
     """
 
     def __init__(self, rows: Iterable[Receipt]) -> None:
-        failed = [r for r in rows if r.status == CHECKPOINT_FAILED]
+        failed = [r for r in rows if retakes_checkpoint(r)]
         # By (gateway, session key): a batch may span gateways, whose keys overlap.
         self._live: dict[tuple[str, str], str | None] = {}
         self._saved: dict[int, str | None] = {}
@@ -228,7 +240,7 @@ def decide_requeue(
                 None,
             )
         return Outcome.REQUEUED, "waiting for a retry; requeue makes it due now", None
-    if status == CHECKPOINT_FAILED:
+    if retakes_checkpoint(receipt):
         saved_id = context.superseded_by(receipt)
         if saved_id is not None:
             return Outcome.SUPERSEDED, f"superseded by {saved_id}", saved_id

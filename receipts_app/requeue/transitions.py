@@ -13,14 +13,13 @@ from typing import Any, NamedTuple
 from .. import enqueue
 from ..checkpoint import DEFAULT_SOURCE
 from ..statuses import (
-    CHECKPOINT_FAILED,
     CHECKPOINT_REQUEUED,
     CHECKPOINT_SUPERSEDED,
     REPAIR_PENDING,
     REPAIR_QUEUE_STATUSES,
     TERMINAL_REPAIR_STATUSES,
 )
-from .rules import Outcome, Receipt
+from .rules import Outcome, Receipt, retakes_checkpoint
 
 
 class Transition(NamedTuple):
@@ -50,7 +49,7 @@ def requeue_transition(
         return Transition(CHECKPOINT_SUPERSEDED, (("resolved_by_receipt_id", superseded_by),), None)
     if outcome is not Outcome.REQUEUED:
         return None
-    if row.status == CHECKPOINT_FAILED:
+    if retakes_checkpoint(row):
         message = enqueue.checkpoint_message(
             row.session_key,
             turn_id=row.turn_id,

@@ -139,7 +139,13 @@ def test_each_count_comes_with_the_filter_that_lists_it():
     health = memory_health("main")
     assert health["memorySafety"]["filter"] == {
         "agent": "main",
-        "status": ["checkpoint_failed", "checkpoint_requeued", "receipt_orphaned", "hash_mismatch"],
+        "status": [
+            "checkpoint_failed",
+            "checkpoint_requeued",
+            "receipt_orphaned",
+            "hash_mismatch",
+            "checkpoint_missing",
+        ],
     }
     assert health["semanticMemory"]["filter"] == {
         "agent": "main",

@@ -1,0 +1,345 @@
+"""Walk a gateway's checkpoint receipts in cycles and verify their files (docs/STATUSES.md#scrub).
+
+A cycle goes through the receipts in id order from the cursor (``ScrubCursor``), so a run that
+stops (its time budget spent, a worker killed) resumes where it was. Within a cycle a file whose
+size and mtime are those of its last full read, and that was whole then, costs one ``stat``:
+it is read in full again only when the full cycle is due (``OPENSQUILLA_SCRUB_FULL_CYCLE_SECONDS``).
+Everything else is read in full, at most at ``OPENSQUILLA_SCRUB_READ_BYTES_PER_SECOND``.
+
+What was found goes to ``CheckpointVerification``; the receipt's status changes only when the
+verdict changes: ``checkpoint_saved`` → ``checkpoint_missing`` / ``hash_mismatch`` (at risk),
+and back to ``checkpoint_saved`` when a later scrub finds the file whole. Each move is one
+compare-and-set UPDATE with a ``scrub`` event, so a concurrent requeue or upsert wins.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+
+from opensquilla_site.timeutil import now_ms
+from sessions_app.gateways import check_served, using_gateway
+
+from .. import audit
+from ..models import CheckpointVerification, MemoryDurableReceipt, ScrubCursor
+from ..statuses import CHECKPOINT_MISSING, CHECKPOINT_SAVED, SCRUB_VERDICT_STATUSES
+from . import settings as scrub_settings
+from .throttle import Throttle
+from .verify import OK, Verification, checkpoint_root, resolved_root, verify_file
+
+logger = logging.getLogger(__name__)
+BATCH = 500
+# Files read at once during a full read (threads; the throttle holds them all to one rate).
+READERS = 4
+SCRUB_ACTION = "scrub"
+_FIELDS = (
+    "id",
+    "gateway_id",
+    "receipt_id",
+    "session_key",
+    "session_id",
+    "turn_id",
+    "agent_id",
+    "source_path",
+    "content_hash",
+    "coverage_entry_count",
+    "status",
+    "reason",
+    "updated_at",
+)
+
+
+@dataclass
+class ScrubReport:
+    """What one run did; ``files_read`` and ``bytes_read`` count full reads only."""
+
+    gateway: str
+    agent: str = ""
+    state: str = "idle"  # idle (no cycle due), running (budget spent), done (cycle finished)
+    full: bool = False
+    checked: int = 0
+    stat_only: int = 0
+    files_read: int = 0
+    bytes_read: int = 0
+    ok: int = 0
+    missing: int = 0
+    damaged: int = 0
+    moved_at_risk: int = 0
+    restored: int = 0
+    unsafe: list[dict[str, Any]] = field(default_factory=list)  # the first 100 found unsafe
+    seconds: float = 0.0
+
+    @property
+    def found_unsafe(self) -> int:
+        return self.missing + self.damaged
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _selection(gateway: str, agent: str) -> Any:
+    """The receipts a scrub verifies: saved checkpoints, and the ones it found unsafe itself
+    (so it can find them whole again)."""
+    qs = MemoryDurableReceipt.objects.filter(gateway_id=gateway, scope="checkpoint").filter(
+        Q(status=CHECKPOINT_SAVED)
+        | Q(status__in=SCRUB_VERDICT_STATUSES, verification__moved_from__gt="")
+    )
+    return qs.filter(agent_id=agent) if agent else qs
+
+
+def _begin_cycle(cursor: ScrubCursor, now: int, *, force: bool, full: bool | None) -> bool:
+    """Resume the cycle under way, or start one when due; ``force`` starts one from the first
+    receipt now (the on-demand scrub). False when the cursor has nothing to do."""
+    if cursor.cycle_started_at is not None and not force:
+        return True
+    since = cursor.last_cycle_started_at
+    if not force and since is not None and now - since < scrub_settings.cycle_seconds() * 1000:
+        return False
+    last_full = cursor.last_full_cycle_started_at
+    full_due = last_full is None or now - last_full >= scrub_settings.full_cycle_seconds() * 1000
+    cursor.cycle_started_at = now
+    cursor.cycle_full = full if full is not None else full_due
+    cursor.after_id = 0
+    return True
+
+
+def _record(
+    row: MemoryDurableReceipt,
+    verification: CheckpointVerification | None,
+    found: Verification,
+    now: int,
+    report: ScrubReport,
+) -> CheckpointVerification:
+    """Move the receipt's status when the verdict changed; returns the outcome to store."""
+    moved_from = verification.moved_from if verification is not None else ""
+    wanted = found.status if found.outcome != OK else (moved_from or None)
+    if found.outcome == OK:
+        report.ok += 1
+        if row.status in SCRUB_VERDICT_STATUSES and moved_from:
+            if _move(row, moved_from, None, found, "restored"):
+                report.restored += 1
+                moved_from = ""
+        else:
+            moved_from = ""
+    elif wanted is not None:
+        if found.status == CHECKPOINT_MISSING:
+            report.missing += 1
+        else:
+            report.damaged += 1
+        if len(report.unsafe) < 100:
+            report.unsafe.append(
+                {"receipt_id": row.receipt_id, "outcome": found.outcome, "detail": found.detail}
+            )
+        if row.status != wanted:
+            if _move(row, wanted, found.reason, found, "at_risk"):
+                report.moved_at_risk += int(row.status == CHECKPOINT_SAVED)
+                moved_from = moved_from or row.status
+    kept = verification or CheckpointVerification(receipt_id=row.pk)
+    kept.gateway_id = str(row.gateway_id)
+    kept.agent_id = row.agent_id
+    kept.verified_at = now
+    kept.outcome = found.outcome
+    kept.detail = found.detail[:2000]
+    kept.moved_from = moved_from
+    if found.bytes_read or found.outcome == OK:
+        kept.read_at, kept.size, kept.mtime_ns = now, found.size, found.mtime_ns
+    if found.parsed:
+        kept.parsed_hash = found.digest
+    return kept
+
+
+def _store(found: list[CheckpointVerification], known: set[int]) -> None:
+    """A batch's outcomes in one short transaction (one commit, not one a file)."""
+    if not found:
+        return
+    with transaction.atomic():
+        # Replaced, not bulk_update()d: its CASE per column and row costs more CPU than the
+        # reads it records.
+        old = [v.receipt_id for v in found if v.receipt_id in known]
+        if old:
+            CheckpointVerification.objects.filter(receipt_id__in=old).delete()
+        CheckpointVerification.objects.bulk_create(found, ignore_conflicts=True)
+
+
+def _move(
+    row: MemoryDurableReceipt, status: str, reason: str | None, found: Verification, outcome: str
+) -> bool:
+    """Compare-and-set the receipt's status; False when it changed under us (left alone)."""
+    stamp = max(now_ms(), row.updated_at + 1)
+    with transaction.atomic():
+        moved = MemoryDurableReceipt.objects.filter(
+            pk=row.pk, status=row.status, updated_at=row.updated_at
+        ).update(status=status, reason=reason, updated_at=stamp)
+        if not moved:
+            return False
+        audit.record_event(
+            receipt_id=row.receipt_id,
+            session_key=row.session_key,
+            action=SCRUB_ACTION,
+            from_status=row.status,
+            to_status=status,
+            outcome=outcome,
+            reason=reason or "the checkpoint file is whole again",
+            details={"verification": found.to_dict()},
+            gateway=row.gateway_id,
+        )
+    logger.warning("scrub: receipt %s %s -> %s (%s)", row.receipt_id, row.status, status, reason)
+    return True
+
+
+# The cheap walk reads tuples, not models: (id, source_path, last outcome, size, mtime_ns).
+_WALK = (
+    "id",
+    "source_path",
+    "verification__outcome",
+    "verification__size",
+    "verification__mtime_ns",
+)
+
+
+def _plain_relative(source_path: str) -> bool:
+    """A relative path with no ``..``: its file is ``root/source_path`` without resolving (the
+    full read still resolves it and refuses one that leaves the workspace)."""
+    return not source_path.startswith(("/", "\\")) and ".." not in source_path.split("/")
+
+
+def _unchanged_ids(
+    walk: list[tuple[Any, ...]], root: Path | None, full: bool, report: ScrubReport
+) -> list[int]:
+    """Count the rows whose file is as it was at its last whole read (one ``stat`` each, no
+    read, nothing written); return the ids that need a full read."""
+    need: list[int] = []
+    prefix = f"{root}{os.sep}" if root is not None else ""
+    for pk, source_path, outcome, size, mtime_ns in walk:
+        report.checked += 1
+        if not full and outcome == OK and root is not None and source_path:
+            if _plain_relative(source_path):
+                try:
+                    info = os.stat(prefix + source_path)
+                except OSError:
+                    info = None
+                if info is not None and info.st_size == size and info.st_mtime_ns == mtime_ns:
+                    report.stat_only += 1
+                    report.ok += 1
+                    continue
+        need.append(pk)
+    return need
+
+
+def _read_in_full(
+    ids: list[int],
+    root: Path | None,
+    throttle: Throttle,
+    report: ScrubReport,
+    pool: ThreadPoolExecutor,
+) -> None:
+    if not ids:
+        return
+    rows = list(MemoryDurableReceipt.objects.filter(pk__in=ids).order_by("id").only(*_FIELDS))
+    kept = CheckpointVerification.objects.in_bulk(ids)
+
+    def read(row: MemoryDurableReceipt) -> Verification:
+        verification = kept.get(row.pk)
+        parsed = verification.parsed_hash if verification is not None else ""
+        return verify_file(row, root, parsed_hash=parsed, on_read=throttle)
+
+    # A few files are read at once: a small file's read is mostly waiting for the disk, and
+    # reads and hashing release the GIL. Each outcome is recorded, in id order, as soon as it
+    # is in, while the readers go on with the files after it.
+    found: list[CheckpointVerification] = []
+    for row, result in zip(rows, pool.map(read, rows), strict=True):
+        verification = kept.get(row.pk)
+        if result.bytes_read:
+            report.files_read += 1
+            report.bytes_read += result.bytes_read
+        found.append(_record(row, verification, result, now_ms(), report))
+    _store(found, set(kept))
+
+
+def scrub_checkpoints(
+    gateway: str,
+    agent: str | None = None,
+    *,
+    force: bool = False,
+    full: bool | None = None,
+    seconds: float | None = None,
+    rate: float | None = None,
+    root: Path | None = None,
+    sleep: Any = time.sleep,
+) -> ScrubReport:
+    """One run of ``gateway``'s scrub (one agent's, with ``agent``), on the process that serves
+    the gateway (``MisroutedWork`` elsewhere: its files are on another host).
+
+    ``force``: start a cycle from the first receipt now, due or not (the on-demand scrub). ``full``: this
+    cycle reads every file in full (default: when the full cycle is due). ``seconds``: the time
+    budget (default ``OPENSQUILLA_SCRUB_RUN_SECONDS``; 0: until the cycle ends). ``rate``:
+    bytes/s (default the setting; 0: unthrottled). ``root``: the checkpoint workspace.
+    """
+    check_served(gateway, what=f"the checkpoint scrub of gateway {gateway}")
+    agent = agent or ""
+    started = time.monotonic()
+    budget = scrub_settings.run_seconds() if seconds is None else seconds
+    throttle = Throttle(
+        scrub_settings.read_bytes_per_second() if rate is None else rate, sleep=sleep
+    )
+    root = root if root is not None else checkpoint_root()
+    resolved_root.cache_clear()  # resolved once a run: a remounted workspace is seen next run
+    report = ScrubReport(gateway=gateway, agent=agent)
+    with using_gateway(gateway), audit.acting_as(audit.WORKER):
+        cursor, _ = ScrubCursor.objects.get_or_create(gateway_id=gateway, agent_id=agent)
+        now = now_ms()
+        if not _begin_cycle(cursor, now, force=force, full=full):
+            report.seconds = time.monotonic() - started
+            return report
+        report.full = cursor.cycle_full
+        report.state = "running"
+        selection = _selection(gateway, agent).order_by("id").values_list(*_WALK)
+        with ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="scrub") as pool:
+            while True:
+                rows = list(selection.filter(id__gt=cursor.after_id)[:BATCH])
+                need = _unchanged_ids(rows, root, cursor.cycle_full, report)
+                _read_in_full(need, root, throttle, report, pool)
+                if rows:
+                    cursor.after_id = rows[-1][0]
+                if len(rows) < BATCH:
+                    _end_cycle(cursor, now_ms())
+                    report.state = "done"
+                    break
+                if budget and time.monotonic() - started >= budget:
+                    break
+                ScrubCursor.objects.filter(pk=cursor.pk).update(after_id=cursor.after_id)
+        report.seconds = round(time.monotonic() - started, 3)
+        cursor.last_run = {k: v for k, v in report.to_dict().items() if k != "unsafe"}
+        cursor.save()
+    return report
+
+
+def _end_cycle(cursor: ScrubCursor, now: int) -> None:
+    cursor.last_cycle_started_at = cursor.cycle_started_at
+    cursor.last_cycle_at = now
+    if cursor.cycle_full:
+        cursor.last_full_cycle_started_at = cursor.cycle_started_at
+        cursor.last_full_cycle_at = now
+        _forget_gone(cursor.gateway_id)
+    cursor.cycle_started_at = None
+    cursor.cycle_full = False
+    cursor.after_id = 0
+
+
+def _forget_gone(gateway: str) -> None:
+    """Drop the verifications of receipts the scrub no longer verifies (purged with their
+    session, recovered by a retake), once a full cycle, so a summary never counts them."""
+    live = MemoryDurableReceipt.objects.filter(gateway_id=gateway, scope="checkpoint").filter(
+        Q(status=CHECKPOINT_SAVED) | Q(status__in=SCRUB_VERDICT_STATUSES)
+    )
+    CheckpointVerification.objects.filter(gateway_id=gateway).exclude(
+        receipt_id__in=live.values("id")
+    ).delete()
