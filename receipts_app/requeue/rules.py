@@ -247,12 +247,24 @@ def decide_requeue(
         fence = _fence_reason(receipt, context.live_session_id(receipt))
         if fence is not None:
             return Outcome.FENCED, fence, None
+        if receipt.status in SCRUB_VERDICT_STATUSES:
+            # A saved checkpoint whose file is gone or damaged: a retake restores it only
+            # while the transcript it covered is still whole (else the loss is named).
+            return decide_retake(_receipt_row(receipt))
         return Outcome.REQUEUED, "a new checkpoint of the live session will be taken", None
     if status in SUCCESS_STATUSES:
         return Outcome.NOT_REQUEUEABLE, f"{status} is a success status; nothing to redo", None
     if status == ACKNOWLEDGED:
         return Outcome.NOT_REQUEUEABLE, "acknowledged by an operator; nothing to redo", None
     return Outcome.NOT_REQUEUEABLE, f"{status} has no requeue rule", None
+
+
+def _receipt_row(receipt: Receipt) -> MemoryDurableReceipt:
+    """The model row of ``receipt`` (a plan's rules read bare row facts), in any gateway."""
+    if isinstance(receipt, MemoryDurableReceipt):
+        return receipt
+    with using_gateway(None):
+        return MemoryDurableReceipt.objects.get(pk=receipt.pk)
 
 
 def decide_retake(receipt: MemoryDurableReceipt) -> tuple[Outcome, str, str | None]:

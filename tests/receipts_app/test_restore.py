@@ -274,21 +274,38 @@ def test_retake_rule_offers_the_requeue_only_while_the_transcript_is_whole(works
     assert "1 of 3 entries" in message and "Acknowledge the loss" in message
 
 
-def test_acknowledging_a_lost_checkpoint_records_the_loss_and_deletes_nothing(
-    workspace, monkeypatch
+def test_a_requeue_of_a_missing_checkpoint_retakes_only_while_its_transcript_is_whole(
+    workspace, django_capture_on_commit_callbacks
 ):
     from receipts_app.audit import Actor
+    from receipts_app.requeue import requeue_receipt
+
+    session = make_session(messages=3)
+    saved = checkpoint_of(session)
+    (workspace / saved.source_path).unlink()
+    MemoryDurableReceipt.objects.filter(pk=saved.pk).update(status="checkpoint_missing")
+    TranscriptEntry.objects.filter(session_id=session.session_id).order_by("id").first().delete()
+
+    result = requeue_receipt(receipt_id=saved.receipt_id, actor=Actor("ops", "cli"))
+
+    # The covered transcript lost an entry: a retake would not bring it back, so the requeue
+    # says what is lost and points at acknowledging it; nothing is queued or moved.
+    assert str(result.outcome) == "not_requeueable"
+    assert "1 of 3 entries" in result.message and "Acknowledge the loss" in result.message
+    assert MemoryDurableReceipt.objects.get(pk=saved.pk).status == "checkpoint_missing"
+
+
+def test_acknowledging_a_lost_checkpoint_records_the_loss_and_deletes_nothing(workspace):
+    from receipts_app.audit import Actor
     from receipts_app.models import ReceiptEvent
-    from receipts_app.requeue import acknowledge_receipt, engine
+    from receipts_app.requeue import acknowledge_receipt
 
     session = make_session(messages=3)
     saved = checkpoint_of(session)
     TranscriptEntry.objects.filter(session_id=session.session_id).order_by("id").first().delete()
     (workspace / saved.source_path).unlink()
-    # The scrub's statuses are acknowledgeable; this branch stands in with checkpoint_saved.
-    monkeypatch.setattr(
-        engine, "ACKNOWLEDGEABLE_STATUSES", (*engine.ACKNOWLEDGEABLE_STATUSES, "checkpoint_saved")
-    )
+    # What the scrub makes of a receipt whose file is gone.
+    MemoryDurableReceipt.objects.filter(pk=saved.pk).update(status="checkpoint_missing")
     result = acknowledge_receipt(
         receipt_id=saved.receipt_id, actor=Actor("ops", "cli"), reason="disk died; accepted"
     )
