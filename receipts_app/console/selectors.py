@@ -21,7 +21,7 @@ from django.db.models.functions import Cast
 from opensquilla_site.exceptions import ValidationFailed
 from opensquilla_site.pagination import Page, keyset_after, keyset_page
 from opensquilla_site.timeutil import now_ms
-from sessions_app.gateways import DEFAULT_GATEWAY, gateway_scope
+from sessions_app.gateways import DEFAULT_GATEWAY, gateway_scope, served_gateway
 from sessions_app.keys import normalize_agent_id
 from sessions_app.models import Session
 
@@ -440,8 +440,10 @@ def resolve_receipt_file(stored: str, roots: list[Path]) -> Path | None:
 def receipt_preview(receipt: MemoryDurableReceipt, *, limit: int = PREVIEW_LIMIT) -> Preview | None:
     """The first ``limit`` bytes of the checkpoint JSONL or raw archive the receipt names.
 
-    Only files inside the configured workspaces are read. The text is returned raw; the
-    template escapes it.
+    Only files inside the configured workspaces are read, and only for a receipt of the
+    gateway this process serves: another gateway's relative paths would resolve into this
+    host's workspaces (session keys overlap), showing a file that is not the receipt's. The
+    text is returned raw; the template escapes it.
     """
     roots = _workspace_roots(receipt.agent_id)
     candidates = [
@@ -453,6 +455,16 @@ def receipt_preview(receipt: MemoryDurableReceipt, *, limit: int = PREVIEW_LIMIT
     ]
     if not named:
         return None
+    if receipt.gateway_id != served_gateway():
+        name, value = named[0]
+        return Preview(
+            name,
+            value,
+            error=(
+                f"the file is on gateway {receipt.gateway_id}'s host; this process serves "
+                f"{served_gateway()}'s workspaces"
+            ),
+        )
     for name, value in named:
         target = resolve_receipt_file(value, roots)
         if target is None:

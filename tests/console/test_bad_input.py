@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
+from sessions_app.gateways import ensure_gateway, using_gateway
 from tests.factories import make_receipt
 
 from .conftest import hx
@@ -184,3 +185,23 @@ def test_a_nul_in_any_posted_field_is_a_message_and_changes_nothing(operator_cli
     assert not RequeuePlan.objects.exists()
     assert not ReceiptEvent.objects.exclude(action="status_change").exists()
     assert failed.__class__.objects.get(pk=failed.pk).status == "checkpoint_failed"
+
+
+def test_preview_of_another_gateways_file_never_shows_this_hosts_file(viewer_client, workspace):
+    # Session keys overlap between gateways, so gateway b's checkpoint has a relative path this
+    # host's workspace may hold too (local's checkpoint of the same key): b's page must not show it.
+    relative = "memory/.checkpoints/agent_main_webchat_default/cmp_1.jsonl"
+    here = workspace / relative
+    here.parent.mkdir(parents=True, exist_ok=True)
+    here.write_text('{"local": "this host\'s own checkpoint"}\n')
+    ensure_gateway("b")
+    with using_gateway("b"):
+        row = make_receipt(status="checkpoint_saved", source_path=relative)
+    body = viewer_client.get(
+        reverse("receipts:detail", args=[row.receipt_id]) + "?gateway=b"
+    ).content.decode()
+    assert "this host&#x27;s own checkpoint" not in body and "own checkpoint" not in body
+    assert "on gateway b&#x27;s host" in body
+    local = make_receipt(status="checkpoint_saved", source_path=relative)
+    body = viewer_client.get(reverse("receipts:detail", args=[local.receipt_id])).content.decode()
+    assert "own checkpoint" in body
