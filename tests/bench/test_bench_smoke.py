@@ -248,6 +248,7 @@ SMOKE_ELSEWHERE: dict[str, str] = {
     # mirror_fleet --writer light runs the light writer's processes.
     "light_writer": "tests/bench/test_mirror_fleet_smoke.py",
     "mirror_pass_cost": "tests/mirror/test_pass_cost.py",
+    "scrub": "tests/site/test_scrub_bench.py",
 }
 
 
