@@ -81,9 +81,7 @@ def _digests(*roots: Path) -> dict[str, str]:
 
 
 def _rows_of_b() -> list[dict[str, Any]]:
-    return list(
-        MemoryDurableReceipt._base_manager.filter(gateway_id="b").order_by("id").values()
-    )
+    return list(MemoryDurableReceipt._base_manager.filter(gateway_id="b").order_by("id").values())
 
 
 def _succeeded(log: str, task: str) -> int:
