@@ -21,7 +21,7 @@ from .queues import QueueDepth
 
 def _heartbeat(hb: HeartbeatView) -> HeartbeatView:
     details = hb.details or {}
-    kept = {k: details[k] for k in ("gateway", "activity") if k in details}
+    kept: dict[str, object] = {k: details[k] for k in ("gateway", "activity") if k in details}
     return replace(hb, name=hb.kind, details=kept)
 
 

@@ -580,7 +580,7 @@ def upstream_marks_for_receipt(receipt: MemoryDurableReceipt) -> list[UpstreamMa
         source__gateway_id=receipt.gateway_id, idempotency_key=receipt.idempotency_key
     ).values_list("source__path", "gone_at", "source_status", "retired_at")
     return [
-        UpstreamMark(path, gone, status, retired, receipt.gateway_id)
+        UpstreamMark(path, gone, status, retired, str(receipt.gateway_id))
         for path, gone, status, retired in rows
     ]
 
@@ -589,4 +589,4 @@ def upstream_marks_for_session(session: Session) -> list[UpstreamMark]:
     rows = MirroredSession.objects.filter(
         source__gateway_id=session.gateway_id, session_key=session.session_key
     ).values_list("source__path", "gone_at")
-    return [UpstreamMark(path, gone, gateway=session.gateway_id) for path, gone in rows]
+    return [UpstreamMark(path, gone, gateway=str(session.gateway_id)) for path, gone in rows]

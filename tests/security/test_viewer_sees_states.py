@@ -11,9 +11,9 @@ from opensquilla_site import timeutil
 from operations_app import heartbeats
 from receipts_app.mirror.models import MirroredReceipt, MirroredSession, MirrorSource
 from sessions_app.gateways import Gateway, ensure_gateway, using_gateway
-from tests.factories import make_receipt, make_session
 from tests.api.conftest import operator, reader  # noqa: F401
 from tests.console.conftest import operator_client, viewer_client  # noqa: F401
+from tests.factories import make_receipt, make_session
 
 pytestmark = pytest.mark.django_db
 
@@ -107,7 +107,7 @@ def test_a_mirrored_rows_provenance_names_its_gateway_to_a_viewer_and_its_path_t
         text = page.content.decode()
         assert _leaks(text) == [], url
         assert "Followed live from gateway <code>b</code>'s ledger" in text, url
-        assert f"Followed live from <code class=\"wrap\">{DB}</code>" in (
+        assert f'Followed live from <code class="wrap">{DB}</code>' in (
             operator_client.get(url).content.decode()
         ), url
 
