@@ -437,14 +437,17 @@ CELERY_BEAT_SCHEDULE["evaluate-alerts"] = {
     "task": "operations_app.tasks.evaluate_alerts",
     "schedule": OPENSQUILLA_ALERT_INTERVAL_SECONDS,
 }
+# How often beat prunes the embedded broker's delivered rows, and updates time at risk.
+OPENSQUILLA_BROKER_PRUNE_SECONDS = float(os.environ.get("OPENSQUILLA_BROKER_PRUNE_SECONDS", "3600"))
+OPENSQUILLA_TIME_AT_RISK_SECONDS = float(os.environ.get("OPENSQUILLA_TIME_AT_RISK_SECONDS", "60"))
 if _EMBEDDED_BROKER:
     CELERY_BEAT_SCHEDULE["prune-embedded-broker"] = {
         "task": "operations_app.tasks.prune_embedded_broker",
-        "schedule": 3600.0,
+        "schedule": OPENSQUILLA_BROKER_PRUNE_SECONDS,
     }
 CELERY_BEAT_SCHEDULE["time-at-risk"] = {
     "task": "operations_app.tasks.track_time_at_risk",
-    "schedule": 60.0,
+    "schedule": OPENSQUILLA_TIME_AT_RISK_SECONDS,
 }
 # The gateway link (docs/MIRROR.md#gateway-link): NAME=ADDRESS entries (the admin can set
 # addresses too); each gateway's token comes from OPENSQUILLA_GATEWAY_TOKEN_<NAME> or the

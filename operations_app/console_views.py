@@ -8,7 +8,13 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from opensquilla_site.exceptions import NotFoundError
-from receipts_app.console.helpers import VIEW_PERM, HtmxHttpRequest, can_operate, console_view
+from receipts_app.console.helpers import (
+    VIEW_PERM,
+    HtmxHttpRequest,
+    can_operate,
+    console_view,
+    shown_to,
+)
 from sessions_app.gateways import (
     Gateway,
     GatewayNameError,
@@ -19,6 +25,7 @@ from sessions_app.gateways import (
 from .alerts.forms import AlertRuleForm
 from .alerts.service import send_test, store_rule
 from .alerts.validation import masked_target
+from .exposure import liveness_for_viewer
 from .gateway_link.views import agent_link_views
 from .liveness import liveness_report
 from .models import AlertDelivery, AlertRule
@@ -28,7 +35,8 @@ from .time_at_risk import time_at_risk_by_agent
 @require_GET
 @console_view(VIEW_PERM)
 def liveness(request: HtmxHttpRequest) -> HttpResponse:
-    context = {"report": liveness_report()}
+    # Viewers see each process's kind, gateway and state, not its host (exposure.py).
+    context = {"report": shown_to(request.user, liveness_report(), liveness_for_viewer)}
     template = "operations/liveness.html"
     if request.htmx and request.htmx.target == "liveness-body":
         template = "operations/_liveness_body.html"

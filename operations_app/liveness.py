@@ -95,6 +95,8 @@ class LivenessReport:
     # and those of this host supervised by ``make run`` that do not (web): one row each.
     processes: list[ProcessRow] = field(default_factory=list)
     gateway_queues: list[GatewayQueue] = field(default_factory=list)
+    # Set for a viewer (operations_app/exposure.py): hosts, node names and paths were emptied.
+    hosts_hidden: bool = False
 
     @property
     def restarts(self) -> int:

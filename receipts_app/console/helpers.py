@@ -44,6 +44,13 @@ def can_operate(user: Any) -> bool:
     return bool(user.is_authenticated and user.has_perm(OPERATE_PERM))
 
 
+def shown_to(user: Any, value: Any, for_viewer: Callable[[Any], Any]) -> Any:
+    """``value`` as ``user`` may read it: operators and admins whole, a viewer through
+    ``for_viewer`` (no hosts, node names, paths or raw errors: receipts_app/mirror/exposure.py,
+    operations_app/exposure.py). The API's ``read`` scope follows the same rule."""
+    return value if can_operate(user) else for_viewer(value)
+
+
 def console_role(user: Any) -> str:
     """The role the header shows: what the user may do here, highest first."""
     if not user.is_authenticated:

@@ -582,6 +582,7 @@ class UpstreamMark:
     upstream_status: str = ""
     # Deleted upstream by the gateway's upgrade to 0.5.5+ (V044), not by a delete.
     retired_at: int | None = None
+    gateway: str = ""  # what a viewer reads instead of ``source`` (mirror/exposure.py)
 
 
 def upstream_marks_for_receipt(receipt: MemoryDurableReceipt) -> list[UpstreamMark]:
@@ -590,11 +591,14 @@ def upstream_marks_for_receipt(receipt: MemoryDurableReceipt) -> list[UpstreamMa
     rows = MirroredReceipt.objects.filter(
         source__gateway_id=receipt.gateway_id, idempotency_key=receipt.idempotency_key
     ).values_list("source__path", "gone_at", "source_status", "retired_at")
-    return [UpstreamMark(path, gone, status, retired) for path, gone, status, retired in rows]
+    return [
+        UpstreamMark(path, gone, status, retired, str(receipt.gateway_id))
+        for path, gone, status, retired in rows
+    ]
 
 
 def upstream_marks_for_session(session: Session) -> list[UpstreamMark]:
     rows = MirroredSession.objects.filter(
         source__gateway_id=session.gateway_id, session_key=session.session_key
     ).values_list("source__path", "gone_at")
-    return [UpstreamMark(path, gone) for path, gone in rows]
+    return [UpstreamMark(path, gone, gateway=str(session.gateway_id)) for path, gone in rows]

@@ -11,7 +11,10 @@ works.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import replace
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 # Emptied for a viewer; ``error_code`` stays (a fixed word, never a path).
 HIDDEN_FIELDS = ("source", "workspace", "follower", "error")
@@ -31,3 +34,9 @@ def fleet_for_viewer(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         }
         for row in rows
     ]
+
+
+def marks_for_viewer(marks: Iterable[T]) -> list[T]:
+    """A mirrored row's provenance marks (dataclasses with a ``source`` path) without the path:
+    the page names the row's gateway instead."""
+    return [replace(m, source="") for m in marks]  # type: ignore[type-var]

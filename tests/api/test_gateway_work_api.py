@@ -99,6 +99,7 @@ def test_the_cli_dry_run_prints_it():
 
 def test_the_liveness_page_has_a_row_per_gateway_queue_with_its_live_workers(
     viewer_client,  # noqa: F811
+    operator_client,  # noqa: F811
     settings,
     tmp_path,
 ):
@@ -108,13 +109,22 @@ def test_the_liveness_page_has_a_row_per_gateway_queue_with_its_live_workers(
     ensure_gateway("b")
     heartbeats.mark_started("worker", "celery@central", {"queues": ["celery"]})
     heartbeats.mark_started("worker", "celery@host-a", {"queues": ["gateway.a"]})
-    html = viewer_client.get("/operations/liveness/").content.decode()
+
+    def rows_of(html: str) -> dict[str, str]:
+        section = html.split('class="compact gateway-queues"')[1].split("</table>")[0]
+        return {part.split('"')[0]: part for part in section.split('data-gateway="')[1:]}
+
+    html = operator_client.get("/operations/liveness/").content.decode()
     assert "Where each gateway&#x27;s work runs" in html or "Where each gateway's work runs" in html
-    section = html.split('class="compact gateway-queues"')[1].split("</table>")[0]
-    rows = {part.split('"')[0]: part for part in section.split('data-gateway="')[1:]}
+    rows = rows_of(html)
     assert set(rows) == {"local", "a", "b"}
     assert "celery@central" in rows["local"] and "<code>celery</code>" in rows["local"]
     assert "celery@host-a" in rows["a"] and "gateway.a" in rows["a"]
+    assert "none" in rows["b"] and B_WAITS in rows["b"]
+    # A viewer reads how many live workers each queue has, not their node names.
+    viewers = viewer_client.get("/operations/liveness/").content.decode()
+    rows = rows_of(viewers)
+    assert "1 live" in rows["local"] and "1 live" in rows["a"] and "celery@" not in viewers
     assert "none" in rows["b"] and B_WAITS in rows["b"]
     # b's queue is among the queues whose depth the page reads.
     assert "<code>gateway.b</code>" in html

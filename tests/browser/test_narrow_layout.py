@@ -254,8 +254,12 @@ def test_every_row_names_its_gateway_when_the_list_spans_gateways(browser, live_
     context.close()
 
 
-def test_every_card_value_has_its_label_at_390px(browser, live_server, screenshot):
+def test_every_card_value_has_its_label_at_390px(
+    browser, live_server, screenshot, settings, tmp_path
+):
     _seed()
+    # Status files of this test's own, not left in the shared var/ for later liveness tests.
+    settings.VAR_DIR = tmp_path
     _supervised("web", 2)
     _supervised("worker", 0)
     base = live_server.url

@@ -18,7 +18,7 @@ def _source() -> MirrorSource:
     return MirrorSource.objects.create(path=SOURCE)
 
 
-def test_a_receipt_gone_upstream_is_marked_and_kept(viewer_client):
+def test_a_receipt_gone_upstream_is_marked_and_kept(viewer_client, operator_client):
     row = make_receipt(status="checkpoint_failed")
     MirroredReceipt.objects.create(
         source=_source(),
@@ -27,9 +27,13 @@ def test_a_receipt_gone_upstream_is_marked_and_kept(viewer_client):
         source_status="checkpoint_failed",
         gone_at=1_790_000_000_000,
     )
-    body = viewer_client.get(reverse("receipts:detail", args=[row.receipt_id])).content.decode()
+    url = reverse("receipts:detail", args=[row.receipt_id])
+    body = viewer_client.get(url).content.decode()
     assert 'data-upstream="gone"' in body
-    assert "gone upstream" in body and SOURCE in body
+    # A viewer reads whose ledger it left, an operator the sessions.db path.
+    assert "gone upstream" in body and "Deleted from gateway <code>local</code>'s ledger" in body
+    assert SOURCE not in body
+    assert SOURCE in operator_client.get(url).content.decode()
 
 
 def test_a_live_mirrored_receipt_says_when_the_gateway_still_has_an_older_status(viewer_client):
@@ -51,12 +55,13 @@ def test_a_receipt_never_mirrored_has_no_mark(viewer_client):
     assert "data-upstream" not in body
 
 
-def test_a_session_gone_upstream_is_marked_on_its_page(viewer_client):
+def test_a_session_gone_upstream_is_marked_on_its_page(viewer_client, operator_client):
     session = make_session(messages=1)
     MirroredSession.objects.create(
         source=_source(), session_key=session.session_key, gone_at=1_790_000_000_000
     )
-    body = viewer_client.get(
-        reverse("sessions:detail", args=[session.session_key])
-    ).content.decode()
-    assert 'data-upstream="gone"' in body and SOURCE in body
+    url = reverse("sessions:detail", args=[session.session_key])
+    body = viewer_client.get(url).content.decode()
+    assert 'data-upstream="gone"' in body and SOURCE not in body
+    assert 'data-upstream="gone"' in (text := operator_client.get(url).content.decode())
+    assert SOURCE in text

@@ -30,6 +30,14 @@ def viewer(db) -> Client:
     return client
 
 
+@pytest.fixture
+def operator(db) -> Client:
+    make_user("oskar", "operator")
+    client = Client()
+    client.login(username="oskar", password="pw-Secret-123")
+    return client
+
+
 def _heartbeat(kind: str, name: str, age_s: int, state: str = "running") -> None:
     now = timeutil.now_ms()
     heartbeats.mark_started(kind, name)
@@ -57,7 +65,8 @@ def test_liveness_shows_alive_silent_and_stopped_workers_and_beat(viewer, settin
     assert response.status_code == 200
     html = response.content.decode()
     assert "1 alive" in html and "of 3 known" in html
-    assert "celery@alive" in html and "celery@silent" in html
+    # A viewer reads each worker's state, not its node name (it names the host).
+    assert "celery@" not in html and "beat@host" not in html
     assert "2 h ago" in html  # the silent worker's age, as a person reads it
     assert "stopped" in html and "silent" in html
     assert "ticking" in html and "last tick 30 min ago" in html
@@ -212,12 +221,17 @@ def _process_row(html: str, name: str, process: str) -> str:
     return html[at:].split("</tr>")[0]
 
 
-def test_edge_processes_show_centrally_with_gateway_host_state_and_restarts(viewer, fs_broker):
+def _edge_heartbeats() -> None:
     # What an edge host's worker and follower write from there (operations_app.pulse).
+    from sessions_app.gateways import ensure_gateway
+
+    ensure_gateway("b")
+    ensure_gateway("c")
     now = timeutil.now_ms()
     supervised = {"name": "worker", "restarts": 3, "last_exit": "signal SIGKILL"}
     supervised["last_exit_at"] = now - 2 * 3600_000
     worker = {"host": "edge-b", "gateway": "b", "queues": ["gateway.b"], "supervisor": supervised}
+    worker["pid"] = 4242
     heartbeats.mark_started("worker", "b@edge-b", worker)
     follower = {"host": "edge-b", "gateway": "b", "gateways": ["b"], "activity": "following"}
     follower["supervisor"] = {"name": "mirror", "restarts": 0}
@@ -225,7 +239,10 @@ def test_edge_processes_show_centrally_with_gateway_host_state_and_restarts(view
     heartbeats.mark_started("worker", "c@edge-c", {"host": "edge-c", "gateway": "c"})
     Heartbeat.objects.filter(name="c@edge-c").update(seen_at=now - 3600_000)
 
-    html = viewer.get(URL).content.decode()
+
+def test_edge_processes_show_centrally_with_gateway_host_state_and_restarts(operator, fs_broker):
+    _edge_heartbeats()
+    html = operator.get(URL).content.decode()
     row = _process_row(html, "worker", "b@edge-b")
     assert "gateway b" in row and "edge-b" in row and "consumes gateway.b" in row
     assert ">running<" in row and '<td class="num">3</td>' in row
@@ -235,6 +252,35 @@ def test_edge_processes_show_centrally_with_gateway_host_state_and_restarts(view
     row = _process_row(html, "c@edge-c", "c@edge-c")
     assert "gateway c" in row and ">silent<" in row  # not heard from: not called running
     assert "not supervised" in row  # no restart record: the page does not invent one
+    # The worker table and each gateway's live workers name them too.
+    workers = html[html.index('id="workers-title"') : html.index('id="queues-title"')]
+    assert "<code>b@edge-b</code>" in workers
+    queues = html[html.index('id="gateway-queues-title"') : html.index('id="processes-title"')]
+    assert "<code>b@edge-b</code>" in queues
+
+
+def test_a_viewer_reads_each_processs_kind_gateway_state_and_restarts_not_its_host(
+    viewer, fs_broker
+):
+    _edge_heartbeats()
+    html = viewer.get(URL).content.decode()
+    for detail in ("edge-b", "edge-c", "b@edge", "c@edge", "4242"):
+        assert detail not in html, detail
+    processes = html[html.index('id="processes-title"') : html.index('id="mirror-title"')]
+    rows = processes.split("</tr>")
+    [worker_b] = [r for r in rows if "gateway b" in r and "consumes gateway.b" in r]
+    assert 'data-process="worker"' in worker_b and "worker · gateway b" in worker_b
+    assert ">running<" in worker_b and '<td class="num">3</td>' in worker_b
+    assert "signal SIGKILL, 2 h ago" in worker_b
+    [mirror_b] = [r for r in rows if 'data-process="mirror"' in r]
+    assert "mirror · gateway b" in mirror_b and "follows b" in mirror_b
+    [worker_c] = [r for r in rows if "gateway c" in r]
+    assert ">silent<" in worker_c and 'data-process="worker"' in worker_c
+    workers = html[html.index('id="workers-title"') : html.index('id="queues-title"')]
+    assert "gateway b" in workers and "gateway c" in workers
+    queues = html[html.index('id="gateway-queues-title"') : html.index('id="processes-title"')]
+    gateway_b = next(r for r in queues.split("</tr>") if 'data-gateway="b"' in r)
+    assert "1 live" in gateway_b
 
 
 def test_an_idle_mirror_process_reads_the_same_in_both_panels(

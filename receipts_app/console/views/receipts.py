@@ -16,6 +16,7 @@ from opensquilla_site.exceptions import ValidationFailed
 from opensquilla_site.pagination import decode_cursor, encode_cursor
 
 from ...flush_outcome import flush_outcome_for_row
+from ...mirror.exposure import marks_for_viewer
 from ...models import MemoryDurableReceipt
 from ...requeue import AckOutcome, acknowledge_receipt, available_actions, requeue_receipt
 from ...requeue.rules import requeueable_receipt_ids
@@ -53,6 +54,7 @@ from ..helpers import (
     render_error,
     render_fragment,
     render_page,
+    shown_to,
 )
 from ..helpers import console_view as _console_view
 from ..receipt_rows import present_rows, spans_gateways
@@ -173,7 +175,9 @@ def _detail_context(request: HtmxHttpRequest, receipt: MemoryDurableReceipt) -> 
         "flush_outcome": flush_outcome_for_row(receipt),
         "actions": available_actions(receipt),
         "can_operate": can_operate(request.user),
-        "upstream_marks": cs.upstream_marks_for_receipt(receipt),
+        "upstream_marks": shown_to(
+            request.user, cs.upstream_marks_for_receipt(receipt), marks_for_viewer
+        ),
     }
 
 

@@ -15,8 +15,9 @@ from django_htmx.http import HttpResponseClientRedirect
 from opensquilla_site.exceptions import ValidationFailed
 from sessions_app.selectors import get_session_or_404, page_sessions, page_transcript
 
+from ...mirror.exposure import marks_for_viewer
 from .. import selectors as cs
-from ..helpers import HtmxHttpRequest, render_page
+from ..helpers import HtmxHttpRequest, render_page, shown_to
 from ..receipt_rows import spans_gateways
 
 VIEW_PERM = "sessions_app.view_session"
@@ -88,6 +89,8 @@ def session_detail(request: HtmxHttpRequest, session_key: str) -> HttpResponse:
         "entries": page.rows,
         "next_cursor": page.next_cursor,
         "collapse_chars": COLLAPSE_CHARS,
-        "upstream_marks": cs.upstream_marks_for_session(session),
+        "upstream_marks": shown_to(
+            request.user, cs.upstream_marks_for_session(session), marks_for_viewer
+        ),
     }
     return render_page(request, "console/session_detail.html", context)
