@@ -30,13 +30,12 @@ from .helpers import render_error
 CONSOLE_NAMESPACES = frozenset({"receipts", "sessions", "operations", "agents"})
 # The lists, where a gateway that does not exist would read as "nothing here": the middleware
 # checks the name first (one query, whose names the gateway select reuses). A page that
-# addresses one row (a receipt, a session, a plan) says "not found" on its own, and the
-# overview checks from the counts it reads anyway (:func:`unknown_gateway`), so neither
-# pays a query for it.
+# addresses one row (a receipt, a session, a plan) says "not found" on its own, the overview
+# checks from the counts it reads anyway (:func:`unknown_gateway`) and the fleet view from the
+# gateways it lists (:func:`gateway_not_found`), so none of them pays a query for it.
 CHECKED_VIEWS = frozenset(
     {
         "receipts:list",
-        "receipts:fleet",
         "receipts:plans",
         "receipts:audit",
         "sessions:list",
@@ -46,6 +45,11 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _NAMES_ATTR = "_console_gateway_names"
 # A message lists at most this many known names.
 _NAMES_SHOWN = 20
+
+
+def gateway_not_found(request: HttpRequest, name: str, names: list[str]) -> HttpResponse:
+    """The page for ``?gateway=name`` naming none of ``names`` (every gateway's name)."""
+    return _not_found(request, name, names)
 
 
 def _not_found(request: HttpRequest, name: str, names: list[str]) -> HttpResponse:

@@ -15,11 +15,16 @@ from django.views.decorators.http import require_GET
 
 from ..fleet import fleet_view
 from ..helpers import VIEW_PERM, HtmxHttpRequest, console_view
+from ..middleware import gateway_not_found
 
 
 @require_GET
 @console_view(VIEW_PERM)
 def fleet(request: HtmxHttpRequest) -> HttpResponse:
+    view = fleet_view()
+    names = [str(row["name"]) for row in view.gateways]
+    if view.chosen is not None and view.chosen not in names:
+        return gateway_not_found(request, view.chosen, names)
     if request.htmx:
-        return render(request, "console/_fleet.html", {"fleet": fleet_view()})
-    return render(request, "console/fleet.html", {"fleet": fleet_view(), "whole_page": True})
+        return render(request, "console/_fleet.html", {"fleet": view})
+    return render(request, "console/fleet.html", {"fleet": view, "whole_page": True})
