@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -43,7 +43,7 @@ BATCH = 500
 # eight readers kept more of it busy than four (docs/PERFORMANCE.md#checkpoint-scrub).
 READERS = 8
 # Files one reader task verifies in a row: one future per few files, not one per file.
-READ_CHUNK = 8
+READ_CHUNK = 32
 SCRUB_ACTION = "scrub"
 
 
@@ -242,11 +242,23 @@ def _store(found: list[tuple[Any, ...]], kept: dict[int, _Kept], now: int) -> No
             written.append(stored)
     with transaction.atomic():
         if touched:
-            CheckpointVerification.objects.filter(receipt_id__in=touched).update(
-                verified_at=now, read_at=now
-            )
+            _touch(touched, now)
         if written:
             _upsert(written)
+
+
+def _touch(ids: list[int], now: int) -> None:
+    """Move ``verified_at`` and ``read_at`` of these verifications to ``now``: one UPDATE,
+    written out (the ORM's ``__in`` prepares each of a batch's ids in Python)."""
+    quote = connection.ops.quote_name
+    table = quote(CheckpointVerification._meta.db_table)
+    marks = ", ".join(["%s"] * len(ids))
+    sql = (
+        f"UPDATE {table} SET {quote('verified_at')} = %s, {quote('read_at')} = %s "  # noqa: S608
+        f"WHERE {quote('receipt_id')} IN ({marks})"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [now, now, *ids])
 
 
 def _upsert(rows: Iterable[tuple[Any, ...]]) -> None:
@@ -331,21 +343,41 @@ def _unchanged_ids(
     return need
 
 
-def _read_in_full(
+@dataclass
+class _Reads:
+    """A batch's full reads, under way on the readers."""
+
+    rows: list[_Receipt]
+    kept: dict[int, _Kept]
+    chunks: list[list[_Receipt]]
+    results: Iterator[list[Verification]]
+
+
+def _start_reads(
     ids: list[int],
+    walked: int,
+    selection: Any,
     root: Path | None,
     throttle: Throttle,
-    report: ScrubReport,
     pool: ThreadPoolExecutor,
-) -> None:
+) -> _Reads | None:
+    """Read the receipts ``ids`` (and their verifications) and hand their files to the
+    readers; ``_finish_reads`` records what they found. ``walked``: how many receipts the
+    batch walked; when every one needs a read (a full cycle), they are read back by their id
+    range, not by a list of 500 ids."""
     if not ids:
-        return
+        return None
     rows: list[_Receipt] = []
     kept: dict[int, _Kept] = {}
     width = len(_Receipt._fields)
-    for values in (
-        MemoryDurableReceipt.objects.filter(pk__in=ids).order_by("id").values_list(*_READ)
-    ):
+    if len(ids) == walked:
+        joined = selection.filter(id__gte=ids[0], id__lte=ids[-1])
+    else:
+        joined = MemoryDurableReceipt.objects.filter(pk__in=ids)
+    wanted = set(ids)
+    for values in joined.order_by("id").values_list(*_READ):
+        if values[0] not in wanted:
+            continue  # saved since the walk read this range: the next cycle has it
         row = _Receipt._make(values[:width])
         rows.append(row)
         if values[width] is not None:
@@ -360,18 +392,26 @@ def _read_in_full(
         return out
 
     # Several files are read at once: a cold file's read is mostly waiting for the disk, and
-    # reads and hashing release the GIL. Each outcome is recorded, in id order, as soon as its
-    # chunk is in, while the readers go on with the files after it.
+    # reads and hashing release the GIL. A reader takes a few files in a row (one future per
+    # chunk, not per file).
     chunks = [rows[i : i + READ_CHUNK] for i in range(0, len(rows), READ_CHUNK)]
+    return _Reads(rows, kept, chunks, pool.map(read, chunks))
+
+
+def _finish_reads(reads: _Reads | None, report: ScrubReport) -> None:
+    """Record each outcome, in id order, as soon as its chunk is in (the readers go on with
+    the files after it), then store the batch."""
+    if reads is None:
+        return
     found: list[tuple[Any, ...]] = []
     now = now_ms()
-    for chunk, results in zip(chunks, pool.map(read, chunks), strict=True):
+    for chunk, results in zip(reads.chunks, reads.results, strict=True):
         for row, result in zip(chunk, results, strict=True):
             if result.bytes_read:
                 report.files_read += 1
                 report.bytes_read += result.bytes_read
-            found.append(_record(row, kept.get(row.id), result, now, report))
-    _store(found, kept, now)
+            found.append(_record(row, reads.kept.get(row.id), result, now, report))
+    _store(found, reads.kept, now)
 
 
 def scrub_checkpoints(
@@ -411,19 +451,31 @@ def scrub_checkpoints(
             return report
         report.full = cursor.cycle_full
         report.state = "running"
-        selection = _selection(gateway, agent).order_by("id").values_list(*_WALK)
+        receipts = _selection(gateway, agent)
+        selection = receipts.order_by("id").values_list(*_WALK)
+        walked_to = cursor.after_id
         with ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="scrub") as pool:
+            # One batch's files are read while the one before it is recorded and stored, so
+            # the readers (and the disk) do not wait for the database between batches.
+            pending: _Reads | None = None
             while True:
-                rows = list(selection.filter(id__gt=cursor.after_id)[:BATCH])
+                rows = list(selection.filter(id__gt=walked_to)[:BATCH])
                 need = _unchanged_ids(rows, root, cursor.cycle_full, report)
-                _read_in_full(need, root, throttle, report, pool)
+                reads = _start_reads(need, len(rows), receipts, root, throttle, pool)
+                _finish_reads(pending, report)
+                # Everything walked before this batch is stored: a run that stops now resumes
+                # after it.
+                cursor.after_id = walked_to
+                pending = reads
                 if rows:
-                    cursor.after_id = rows[-1][0]
-                if len(rows) < BATCH:
-                    _end_cycle(cursor, now_ms())
-                    report.state = "done"
-                    break
-                if budget and time.monotonic() - started >= budget:
+                    walked_to = rows[-1][0]
+                last = len(rows) < BATCH
+                if last or (budget and time.monotonic() - started >= budget):
+                    _finish_reads(pending, report)
+                    cursor.after_id = walked_to
+                    if last:
+                        _end_cycle(cursor, now_ms())
+                        report.state = "done"
                     break
                 ScrubCursor.objects.filter(pk=cursor.pk).update(after_id=cursor.after_id)
         report.seconds = round(time.monotonic() - started, 3)
