@@ -224,7 +224,7 @@ def _unchanged(stored: tuple[Any, ...], kept: _Kept | None) -> bool:
 
 
 def _store(found: list[tuple[Any, ...]], kept: dict[int, _Kept], now: int) -> None:
-    """A batch's verifications in one short transaction, in as few statements as it takes.
+    """A batch's verifications, in as few statements as it takes (the caller's transaction).
 
     A file found as it was last time (the common case of a full cycle) only has its times
     moved: one UPDATE for all of them. The others (new, or changed) are one upsert, run as one
@@ -240,11 +240,10 @@ def _store(found: list[tuple[Any, ...]], kept: dict[int, _Kept], now: int) -> No
             touched.append(receipt_id)
         else:
             written.append(stored)
-    with transaction.atomic():
-        if touched:
-            _touch(touched, now)
-        if written:
-            _upsert(written)
+    if touched:
+        _touch(touched, now)
+    if written:
+        _upsert(written)
 
 
 def _touch(ids: list[int], now: int) -> None:
@@ -321,7 +320,7 @@ def _plain_relative(source_path: str) -> bool:
 
 
 def _unchanged_ids(
-    walk: list[tuple[Any, ...]], root: Path | None, full: bool, report: ScrubReport
+    walk: list[tuple[Any, ...]], root: Path | None, report: ScrubReport
 ) -> list[int]:
     """Count the rows whose file is as it was at its last whole read (one ``stat`` each, no
     read, nothing written); return the ids that need a full read."""
@@ -329,7 +328,7 @@ def _unchanged_ids(
     prefix = f"{root}{os.sep}" if root is not None else ""
     for pk, source_path, outcome, size, mtime_ns in walk:
         report.checked += 1
-        if not full and outcome == OK and root is not None and source_path:
+        if outcome == OK and root is not None and source_path:
             if _plain_relative(source_path):
                 try:
                     info = os.stat(prefix + source_path)
@@ -353,31 +352,24 @@ class _Reads:
     results: Iterator[list[Verification]]
 
 
-def _start_reads(
-    ids: list[int],
-    walked: int,
-    selection: Any,
-    root: Path | None,
-    throttle: Throttle,
-    pool: ThreadPoolExecutor,
-) -> _Reads | None:
-    """Read the receipts ``ids`` (and their verifications) and hand their files to the
-    readers; ``_finish_reads`` records what they found. ``walked``: how many receipts the
-    batch walked; when every one needs a read (a full cycle), they are read back by their id
-    range, not by a list of 500 ids."""
+def _read_back(ids: list[int]) -> list[tuple[Any, ...]]:
+    """The joined columns (``_READ``) of the receipts a cycle's stat found changed."""
     if not ids:
+        return []
+    return list(MemoryDurableReceipt.objects.filter(pk__in=ids).order_by("id").values_list(*_READ))
+
+
+def _start_reads(
+    joined: list[tuple[Any, ...]], root: Path | None, throttle: Throttle, pool: ThreadPoolExecutor
+) -> _Reads | None:
+    """Hand the files of these receipts (``_READ`` tuples) to the readers; ``_finish_reads``
+    records what they found."""
+    if not joined:
         return None
     rows: list[_Receipt] = []
     kept: dict[int, _Kept] = {}
     width = len(_Receipt._fields)
-    if len(ids) == walked:
-        joined = selection.filter(id__gte=ids[0], id__lte=ids[-1])
-    else:
-        joined = MemoryDurableReceipt.objects.filter(pk__in=ids)
-    wanted = set(ids)
-    for values in joined.order_by("id").values_list(*_READ):
-        if values[0] not in wanted:
-            continue  # saved since the walk read this range: the next cycle has it
+    for values in joined:
         row = _Receipt._make(values[:width])
         rows.append(row)
         if values[width] is not None:
@@ -398,10 +390,11 @@ def _start_reads(
     return _Reads(rows, kept, chunks, pool.map(read, chunks))
 
 
-def _finish_reads(reads: _Reads | None, report: ScrubReport) -> None:
+def _finish_reads(reads: _Reads | None, report: ScrubReport, cursor: ScrubCursor) -> None:
     """Record each outcome, in id order, as soon as its chunk is in (the readers go on with
-    the files after it), then store the batch."""
+    the files after it), then store the batch and the cursor's place in one transaction."""
     if reads is None:
+        ScrubCursor.objects.filter(pk=cursor.pk).update(after_id=cursor.after_id)
         return
     found: list[tuple[Any, ...]] = []
     now = now_ms()
@@ -411,7 +404,9 @@ def _finish_reads(reads: _Reads | None, report: ScrubReport) -> None:
                 report.files_read += 1
                 report.bytes_read += result.bytes_read
             found.append(_record(row, reads.kept.get(row.id), result, now, report))
-    _store(found, reads.kept, now)
+    with transaction.atomic():
+        _store(found, reads.kept, now)
+        ScrubCursor.objects.filter(pk=cursor.pk).update(after_id=cursor.after_id)
 
 
 def scrub_checkpoints(
@@ -451,33 +446,39 @@ def scrub_checkpoints(
             return report
         report.full = cursor.cycle_full
         report.state = "running"
-        receipts = _selection(gateway, agent)
-        selection = receipts.order_by("id").values_list(*_WALK)
+        receipts = _selection(gateway, agent).order_by("id")
+        # A full cycle reads every file: its walk reads what the reads need at once. Any other
+        # walks the few columns a stat needs, and reads back the rows whose file changed.
+        walk = receipts.values_list(*(_READ if cursor.cycle_full else _WALK))
         walked_to = cursor.after_id
         with ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="scrub") as pool:
             # One batch's files are read while the one before it is recorded and stored, so
             # the readers (and the disk) do not wait for the database between batches.
             pending: _Reads | None = None
             while True:
-                rows = list(selection.filter(id__gt=walked_to)[:BATCH])
-                need = _unchanged_ids(rows, root, cursor.cycle_full, report)
-                reads = _start_reads(need, len(rows), receipts, root, throttle, pool)
-                _finish_reads(pending, report)
-                # Everything walked before this batch is stored: a run that stops now resumes
-                # after it.
+                rows = list(walk.filter(id__gt=walked_to)[:BATCH])
+                if cursor.cycle_full:
+                    report.checked += len(rows)
+                    reads = _start_reads(rows, root, throttle, pool)
+                else:
+                    need = _unchanged_ids(rows, root, report)
+                    reads = _start_reads(_read_back(need), root, throttle, pool)
+                # The batch before this one is stored with the cursor after it: a run that
+                # stops now resumes there.
                 cursor.after_id = walked_to
+                _finish_reads(pending, report, cursor)
                 pending = reads
                 if rows:
                     walked_to = rows[-1][0]
                 last = len(rows) < BATCH
                 if last or (budget and time.monotonic() - started >= budget):
-                    _finish_reads(pending, report)
                     cursor.after_id = walked_to
+                    if pending is not None:
+                        _finish_reads(pending, report, cursor)
                     if last:
                         _end_cycle(cursor, now_ms())
                         report.state = "done"
                     break
-                ScrubCursor.objects.filter(pk=cursor.pk).update(after_id=cursor.after_id)
         report.seconds = round(time.monotonic() - started, 3)
         cursor.last_run = {k: v for k, v in report.to_dict().items() if k != "unsafe"}
         cursor.save()
