@@ -26,6 +26,7 @@ from receipts_app.requeue import requeue_receipt, retake_checkpoint
 from receipts_app.requeue.rules import available_actions
 from receipts_app.scrub import run as scrub_run
 from receipts_app.scrub import scrub_checkpoints, verified_summary, verify_receipt
+from receipts_app.scrub import verify as scrub_verify
 from receipts_app.scrub.throttle import Throttle
 from receipts_app.selectors import ReceiptFilter, filter_receipts
 from sessions_app.gateways import MisroutedWork, ensure_gateway, using_gateway
@@ -173,6 +174,70 @@ def test_a_file_whose_events_do_not_carry_the_receipts_coverage_is_damaged(host_
         "coverage_mismatch",
         True,
     )
+
+
+@pytest.mark.parametrize("fd_paths", [True, False], ids=["proc-fd", "realpath"])
+def test_a_checkpoint_reached_through_a_symlink_out_of_the_workspace_is_damaged(
+    host_b, tmp_path, monkeypatch, fd_paths
+):
+    """The same bytes, but outside the workspace: by a symlinked file or a symlinked
+    directory on the way to it. A symlink that stays inside the workspace is fine. Checked
+    on the file opened (/proc/self/fd) where the kernel says it, by resolving the path
+    elsewhere."""
+    monkeypatch.setattr(scrub_verify, "_HAS_FD_PATHS", fd_paths and scrub_verify._HAS_FD_PATHS)
+    by_file, by_directory, inside = _saved(3)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    # The file itself is a symlink to a copy outside.
+    path = host_b / by_file.source_path
+    (outside / "copy.jsonl").write_bytes(path.read_bytes())
+    path.unlink()
+    path.symlink_to(outside / "copy.jsonl")
+    # A directory on the way is a symlink to a directory outside.
+    path = host_b / by_directory.source_path
+    path.parent.rename(outside / "moved")
+    path.parent.symlink_to(outside / "moved", target_is_directory=True)
+    # The file is a symlink to a copy elsewhere inside the workspace.
+    path = host_b / inside.source_path
+    (host_b / "kept.jsonl").write_bytes(path.read_bytes())
+    path.unlink()
+    path.symlink_to(host_b / "kept.jsonl")
+
+    report = scrub_checkpoints("b", force=True, full=True)
+
+    assert (report.ok, report.damaged, report.missing) == (1, 2, 0)
+    for row in (by_file, by_directory):
+        assert _fresh(row).status == "hash_mismatch"
+        verification = CheckpointVerification.objects.get(receipt_id=row.pk)
+        assert verification.outcome == "unreadable"
+        assert "escapes the workspace" in verification.detail
+    assert _fresh(inside).status == "checkpoint_saved"
+
+
+def test_a_directory_where_the_checkpoint_was_is_damaged(host_b):
+    (row,) = _saved(1)
+    path = host_b / row.source_path
+    path.unlink()
+    path.mkdir()
+    scrub_checkpoints("b", force=True, full=True)
+    assert _fresh(row).status == "hash_mismatch"
+    verification = CheckpointVerification.objects.get(receipt_id=row.pk)
+    assert (verification.outcome, verification.detail) == (
+        "unreadable",
+        f"{row.source_path} is not a file",
+    )
+
+
+def test_a_full_cycle_over_whole_files_keeps_each_verification_as_it_was(host_b):
+    """The second full read of unchanged files moves only when they were verified."""
+    rows = _saved(3)
+    scrub_checkpoints("b", force=True, full=True)
+    columns = ("outcome", "detail", "size", "mtime_ns", "moved_from", "parsed_hash")
+    first = list(CheckpointVerification.objects.order_by("pk").values_list(*columns))
+    report = scrub_checkpoints("b", force=True, full=True)
+    assert (report.files_read, report.ok) == (3, 3)
+    assert list(CheckpointVerification.objects.order_by("pk").values_list(*columns)) == first
+    assert [v[0] for v in first] == ["ok"] * len(rows) and all(v[5] for v in first)
 
 
 def test_the_scrub_never_writes_into_the_workspace(host_b):
