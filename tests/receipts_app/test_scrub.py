@@ -284,6 +284,15 @@ def test_the_throttle_keeps_reads_under_the_rate():
     assert Throttle(0, sleep=sleep, clock=lambda: now[0])(10**9) is None
 
 
+def test_a_throttled_full_read_waits_after_every_file_ahead_of_the_rate(host_b):
+    """Eight readers, one rate: at one byte a second every file read puts the run ahead, so
+    each one waits (the sleeps are recorded, not slept)."""
+    _saved(3)
+    slept: list[float] = []
+    report = scrub_checkpoints("b", force=True, full=True, rate=1, sleep=slept.append)
+    assert report.files_read == 3 and len(slept) == 3
+
+
 def test_verified_summary_counts_a_gateways_saved_memory(host_b):
     rows = _saved(3)
     (host_b / rows[0].source_path).unlink()
