@@ -328,3 +328,25 @@ def test_beat_queues_each_gateways_scrub_to_the_worker_holding_its_files(db, sen
     assert queues == ["", "gateway.b"]
     # The last ones still wait in the outbox: beat queues no second one.
     assert tasks.scrub_tick.run() == {"queued": []}
+
+
+@pytest.mark.parametrize("full", [True, False])
+@pytest.mark.parametrize("agent", ["", "main"])
+def test_the_walk_reads_a_batch_from_the_scrub_index_not_the_whole_gateway(full, agent):
+    """A batch of the walk costs its own rows at any ledger size: the planner serves it
+    from idx_mdr_scrub_walk (gateway, id), in id order from the cursor."""
+    from django.db import connection
+
+    columns = scrub_run._READ if full else scrub_run._WALK
+    walk = scrub_run._selection("b", agent).order_by("id").values_list(*columns)
+    sql, params = walk.filter(id__gt=0)[: scrub_run.BATCH].query.sql_with_params()
+    with connection.cursor() as cur:
+        if connection.vendor == "postgresql":
+            cur.execute("SET LOCAL enable_seqscan = off")
+            cur.execute("SET LOCAL enable_bitmapscan = off")
+            cur.execute(f"EXPLAIN {sql}", params)
+        else:
+            cur.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+        plan = "\n".join(str(r) for r in cur.fetchall())
+    assert "idx_mdr_scrub_walk" in plan, plan
+    assert "TEMP B-TREE" not in plan, plan  # no sort: the index is in id order
