@@ -185,6 +185,7 @@ def _record(
             if _move(row, wanted, found.reason, found, "at_risk"):
                 report.moved_at_risk += int(row.status == CHECKPOINT_SAVED)
                 moved_from = moved_from or row.status
+    read_at: int | None
     if found.bytes_read or found.outcome == OK:
         read_at, size, mtime_ns = now, found.size, found.mtime_ns
     elif kept is not None:

@@ -8,6 +8,7 @@ covered transcript entry besides the tool-call events (``coverage_entry_count``)
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import json
@@ -109,7 +110,14 @@ def resolved_root(root: Path) -> Path:
 # path in Python first (what a cold full read spent most of its per-file time on).
 _FD_PATHS = "/proc/self/fd"
 _HAS_FD_PATHS = os.path.isdir(_FD_PATHS)
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+# O_NONBLOCK: a file swapped for a FIFO between the stat and the open must not hang a reader
+# (it reads as nothing, a mismatch); it changes nothing for a regular file.
+_OPEN_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_NOCTTY", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+)
 # Reading a file must not write to the workspace's disk either: without O_NOATIME a read of a
 # file whose atime is a day old (relatime, every full cycle) writes its inode back. The kernel
 # allows it to the file's owner only; a process that is not (EPERM) reads without it.
@@ -156,9 +164,9 @@ def _open_inside(root: Path, source_path: str) -> tuple[int, os.stat_result]:
         raise _NotAFile(info)
     try:
         fd = os.open(path, _noatime["flags"])
-    except PermissionError:
-        if not _NOATIME or _noatime["flags"] == _OPEN_FLAGS:
-            raise
+    except PermissionError as exc:
+        if exc.errno != errno.EPERM or _noatime["flags"] == _OPEN_FLAGS:
+            raise  # EACCES: the file cannot be read at all
         _noatime["flags"] = _OPEN_FLAGS  # not the owner: plain reads from now on
         fd = os.open(path, _OPEN_FLAGS)
     if _HAS_FD_PATHS:

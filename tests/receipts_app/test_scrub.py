@@ -4,6 +4,7 @@ them safe again, and a cycle with nothing changed reads no file bytes."""
 
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
@@ -212,6 +213,25 @@ def test_a_checkpoint_reached_through_a_symlink_out_of_the_workspace_is_damaged(
         assert verification.outcome == "unreadable"
         assert "escapes the workspace" in verification.detail
     assert _fresh(inside).status == "checkpoint_saved"
+
+
+@pytest.mark.skipif(not hasattr(os, "O_NOATIME"), reason="no O_NOATIME here")
+def test_a_worker_that_does_not_own_the_files_still_reads_them(host_b, monkeypatch):
+    """O_NOATIME is the owner's alone (EPERM for anyone else): such a worker reads plainly."""
+    rows = _saved(2)
+    real_open = os.open
+
+    def not_the_owner(path, flags, *args, **kwargs):
+        if flags & os.O_NOATIME:
+            raise PermissionError(errno.EPERM, "Operation not permitted", path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setitem(
+        scrub_verify._noatime, "flags", scrub_verify._OPEN_FLAGS | scrub_verify._NOATIME
+    )
+    monkeypatch.setattr(scrub_verify.os, "open", not_the_owner)
+    report = scrub_checkpoints("b", force=True, full=True)
+    assert (report.files_read, report.ok) == (len(rows), len(rows))
 
 
 def test_a_directory_where_the_checkpoint_was_is_damaged(host_b):
