@@ -150,6 +150,15 @@ class MemoryDurableReceipt(models.Model):
             # (source_path = p OR target_path = p: one index per column).
             models.Index(fields=["source_path"], name="idx_mdr_source_path"),
             models.Index(fields=["target_path"], name="idx_mdr_target_path"),
+            # The checkpoint scrub's walk: a gateway's checkpoints in id order from its cursor,
+            # a batch at a time. Without it SQLite read every receipt of the gateway after the
+            # cursor and sorted them for each batch of 500 (a cycle grew with the square of
+            # the ledger). Partial, so only checkpoint rows pay for it.
+            models.Index(
+                fields=["gateway", "id"],
+                name="idx_mdr_scrub_walk",
+                condition=Q(scope="checkpoint"),
+            ),
             # Since when each agent's oldest due repair has been due (/metrics, alerts,
             # liveness): one probe per agent at any ledger size. Partial, so only rows in the
             # repair queue pay for it (operations_app/ledger_state.py spells the same WHERE).

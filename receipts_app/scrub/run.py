@@ -17,12 +17,13 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 
 from opensquilla_site.timeutil import now_ms
@@ -37,23 +38,68 @@ from .verify import OK, Verification, checkpoint_root, resolved_root, verify_fil
 
 logger = logging.getLogger(__name__)
 BATCH = 500
-# Files read at once during a full read (threads; the throttle holds them all to one rate).
-READERS = 4
+# Files read at once during a full read (threads; the throttle holds them all to one rate). A
+# cold checkpoint's read is mostly waiting for the disk, and the disk serves several at once:
+# eight readers kept more of it busy than four (docs/PERFORMANCE.md#checkpoint-scrub).
+READERS = 8
+# Files one reader task verifies in a row: one future per few files, not one per file.
+READ_CHUNK = 32
 SCRUB_ACTION = "scrub"
-_FIELDS = (
-    "id",
-    "gateway_id",
+
+
+class _Receipt(NamedTuple):
+    """What a full read needs of a receipt (read as a tuple: no model built per file)."""
+
+    id: int
+    gateway_id: str
+    receipt_id: str
+    session_key: str
+    session_id: str
+    turn_id: str | None
+    agent_id: str
+    source_path: str | None
+    content_hash: str | None
+    coverage_entry_count: int | None
+    status: str
+    reason: str | None
+    updated_at: int
+
+    @property
+    def pk(self) -> int:
+        return self.id
+
+
+class _Kept(NamedTuple):
+    """The receipt's verification as stored (None columns: it has none yet)."""
+
+    outcome: str | None
+    detail: str | None
+    agent_id: str | None
+    read_at: int | None
+    size: int | None
+    mtime_ns: int | None
+    moved_from: str | None
+    parsed_hash: str | None
+
+
+# One joined read per batch: the receipts and their verifications.
+_READ = (
+    *_Receipt._fields,
+    *(f"verification__{name}" for name in _Kept._fields),
+)
+# The columns of CheckpointVerification the scrub writes, in this order.
+_STORED = (
     "receipt_id",
-    "session_key",
-    "session_id",
-    "turn_id",
+    "gateway_id",
     "agent_id",
-    "source_path",
-    "content_hash",
-    "coverage_entry_count",
-    "status",
-    "reason",
-    "updated_at",
+    "verified_at",
+    "read_at",
+    "outcome",
+    "detail",
+    "size",
+    "mtime_ns",
+    "moved_from",
+    "parsed_hash",
 )
 
 
@@ -112,14 +158,11 @@ def _begin_cycle(cursor: ScrubCursor, now: int, *, force: bool, full: bool | Non
 
 
 def _record(
-    row: MemoryDurableReceipt,
-    verification: CheckpointVerification | None,
-    found: Verification,
-    now: int,
-    report: ScrubReport,
-) -> CheckpointVerification:
-    """Move the receipt's status when the verdict changed; returns the outcome to store."""
-    moved_from = verification.moved_from if verification is not None else ""
+    row: _Receipt, kept: _Kept | None, found: Verification, now: int, report: ScrubReport
+) -> tuple[Any, ...]:
+    """Move the receipt's status when the verdict changed; returns the verification to store
+    (the columns of ``_STORED``)."""
+    moved_from = (kept.moved_from or "") if kept is not None else ""
     wanted = found.status if found.outcome != OK else (moved_from or None)
     if found.outcome == OK:
         report.ok += 1
@@ -142,35 +185,101 @@ def _record(
             if _move(row, wanted, found.reason, found, "at_risk"):
                 report.moved_at_risk += int(row.status == CHECKPOINT_SAVED)
                 moved_from = moved_from or row.status
-    kept = verification or CheckpointVerification(receipt_id=row.pk)
-    kept.gateway_id = str(row.gateway_id)
-    kept.agent_id = row.agent_id
-    kept.verified_at = now
-    kept.outcome = found.outcome
-    kept.detail = found.detail[:2000]
-    kept.moved_from = moved_from
+    read_at: int | None
     if found.bytes_read or found.outcome == OK:
-        kept.read_at, kept.size, kept.mtime_ns = now, found.size, found.mtime_ns
-    if found.parsed:
-        kept.parsed_hash = found.digest
-    return kept
+        read_at, size, mtime_ns = now, found.size, found.mtime_ns
+    elif kept is not None:
+        read_at, size, mtime_ns = kept.read_at, kept.size, kept.mtime_ns
+    else:
+        read_at = size = mtime_ns = None
+    parsed_hash = found.digest if found.parsed else ((kept.parsed_hash or "") if kept else "")
+    return (
+        row.id,
+        str(row.gateway_id),
+        row.agent_id,
+        now,
+        read_at,
+        found.outcome,
+        found.detail[:2000],
+        size,
+        mtime_ns,
+        moved_from,
+        parsed_hash,
+    )
 
 
-def _store(found: list[CheckpointVerification], known: set[int]) -> None:
-    """A batch's outcomes in one short transaction (one commit, not one a file)."""
+def _unchanged(stored: tuple[Any, ...], kept: _Kept | None) -> bool:
+    """Whether a verification differs from the stored one only in when it was made."""
+    if kept is None or kept.outcome is None:
+        return False
+    (_, _, agent_id, _, _, outcome, detail, size, mtime_ns, moved_from, parsed_hash) = stored
+    return (agent_id, outcome, detail, size, mtime_ns, moved_from, parsed_hash) == (
+        kept.agent_id,
+        kept.outcome,
+        kept.detail,
+        kept.size,
+        kept.mtime_ns,
+        kept.moved_from,
+        kept.parsed_hash,
+    )
+
+
+def _store(found: list[tuple[Any, ...]], kept: dict[int, _Kept], now: int) -> None:
+    """A batch's verifications, in as few statements as it takes (the caller's transaction).
+
+    A file found as it was last time (the common case of a full cycle) only has its times
+    moved: one UPDATE for all of them. The others (new, or changed) are one upsert, run as one
+    ``executemany``: building a model and compiling an INSERT per row cost more CPU than the
+    reads they record."""
     if not found:
         return
-    with transaction.atomic():
-        # Replaced, not bulk_update()d: its CASE per column and row costs more CPU than the
-        # reads it records.
-        old = [v.receipt_id for v in found if v.receipt_id in known]
-        if old:
-            CheckpointVerification.objects.filter(receipt_id__in=old).delete()
-        CheckpointVerification.objects.bulk_create(found, ignore_conflicts=True)
+    touched: list[int] = []  # only verified_at and read_at move (to ``now``)
+    written: list[tuple[Any, ...]] = []
+    for stored in found:
+        receipt_id, read_at = stored[0], stored[4]
+        if read_at == now and _unchanged(stored, kept.get(receipt_id)):
+            touched.append(receipt_id)
+        else:
+            written.append(stored)
+    if touched:
+        _touch(touched, now)
+    if written:
+        _upsert(written)
+
+
+def _touch(ids: list[int], now: int) -> None:
+    """Move ``verified_at`` and ``read_at`` of these verifications to ``now``: one UPDATE,
+    written out (the ORM's ``__in`` prepares each of a batch's ids in Python)."""
+    quote = connection.ops.quote_name
+    table = quote(CheckpointVerification._meta.db_table)
+    marks = ", ".join(["%s"] * len(ids))
+    sql = (
+        f"UPDATE {table} SET {quote('verified_at')} = %s, {quote('read_at')} = %s "  # noqa: S608
+        f"WHERE {quote('receipt_id')} IN ({marks})"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [now, now, *ids])
+
+
+def _upsert(rows: Iterable[tuple[Any, ...]]) -> None:
+    """INSERT … ON CONFLICT (receipt_id) DO UPDATE, one statement run over every row (SQLite
+    and PostgreSQL both have it), so a verification stored by a concurrent run is replaced."""
+    quote = connection.ops.quote_name
+    table = quote(CheckpointVerification._meta.db_table)
+    columns = ", ".join(quote(c) for c in _STORED)
+    updates = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in _STORED[1:])
+    # Names from the model's own metadata, values as parameters: nothing from outside.
+    values = ", ".join(["%s"] * len(_STORED))
+    sql = (
+        f"INSERT INTO {table} ({columns}) VALUES ({values}) "  # noqa: S608
+        f"ON CONFLICT ({quote('receipt_id')}) DO UPDATE SET {updates}"
+    )
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, list(rows))
 
 
 def _move(
-    row: MemoryDurableReceipt, status: str, reason: str | None, found: Verification, outcome: str
+    row: _Receipt, status: str, reason: str | None, found: Verification, outcome: str
 ) -> bool:
     """Compare-and-set the receipt's status; False when it changed under us (left alone)."""
     stamp = max(now_ms(), row.updated_at + 1)
@@ -212,7 +321,7 @@ def _plain_relative(source_path: str) -> bool:
 
 
 def _unchanged_ids(
-    walk: list[tuple[Any, ...]], root: Path | None, full: bool, report: ScrubReport
+    walk: list[tuple[Any, ...]], root: Path | None, report: ScrubReport
 ) -> list[int]:
     """Count the rows whose file is as it was at its last whole read (one ``stat`` each, no
     read, nothing written); return the ids that need a full read."""
@@ -220,7 +329,7 @@ def _unchanged_ids(
     prefix = f"{root}{os.sep}" if root is not None else ""
     for pk, source_path, outcome, size, mtime_ns in walk:
         report.checked += 1
-        if not full and outcome == OK and root is not None and source_path:
+        if outcome == OK and root is not None and source_path:
             if _plain_relative(source_path):
                 try:
                     info = os.stat(prefix + source_path)
@@ -234,34 +343,71 @@ def _unchanged_ids(
     return need
 
 
-def _read_in_full(
-    ids: list[int],
-    root: Path | None,
-    throttle: Throttle,
-    report: ScrubReport,
-    pool: ThreadPoolExecutor,
-) -> None:
+@dataclass
+class _Reads:
+    """A batch's full reads, under way on the readers."""
+
+    rows: list[_Receipt]
+    kept: dict[int, _Kept]
+    chunks: list[list[_Receipt]]
+    results: Iterator[list[Verification]]
+
+
+def _read_back(ids: list[int]) -> list[tuple[Any, ...]]:
+    """The joined columns (``_READ``) of the receipts a cycle's stat found changed."""
     if not ids:
+        return []
+    return list(MemoryDurableReceipt.objects.filter(pk__in=ids).order_by("id").values_list(*_READ))
+
+
+def _start_reads(
+    joined: list[tuple[Any, ...]], root: Path | None, throttle: Throttle, pool: ThreadPoolExecutor
+) -> _Reads | None:
+    """Hand the files of these receipts (``_READ`` tuples) to the readers; ``_finish_reads``
+    records what they found."""
+    if not joined:
+        return None
+    rows: list[_Receipt] = []
+    kept: dict[int, _Kept] = {}
+    width = len(_Receipt._fields)
+    for values in joined:
+        row = _Receipt._make(values[:width])
+        rows.append(row)
+        if values[width] is not None:
+            kept[row.id] = _Kept._make(values[width:])
+
+    def read(chunk: list[_Receipt]) -> list[Verification]:
+        out = []
+        for row in chunk:
+            verification = kept.get(row.id)
+            parsed = (verification.parsed_hash or "") if verification is not None else ""
+            out.append(verify_file(row, root, parsed_hash=parsed, on_read=throttle))
+        return out
+
+    # Several files are read at once: a cold file's read is mostly waiting for the disk, and
+    # reads and hashing release the GIL. A reader takes a few files in a row (one future per
+    # chunk, not per file).
+    chunks = [rows[i : i + READ_CHUNK] for i in range(0, len(rows), READ_CHUNK)]
+    return _Reads(rows, kept, chunks, pool.map(read, chunks))
+
+
+def _finish_reads(reads: _Reads | None, report: ScrubReport, cursor: ScrubCursor) -> None:
+    """Record each outcome, in id order, as soon as its chunk is in (the readers go on with
+    the files after it), then store the batch and the cursor's place in one transaction."""
+    if reads is None:
+        ScrubCursor.objects.filter(pk=cursor.pk).update(after_id=cursor.after_id)
         return
-    rows = list(MemoryDurableReceipt.objects.filter(pk__in=ids).order_by("id").only(*_FIELDS))
-    kept = CheckpointVerification.objects.in_bulk(ids)
-
-    def read(row: MemoryDurableReceipt) -> Verification:
-        verification = kept.get(row.pk)
-        parsed = verification.parsed_hash if verification is not None else ""
-        return verify_file(row, root, parsed_hash=parsed, on_read=throttle)
-
-    # A few files are read at once: a small file's read is mostly waiting for the disk, and
-    # reads and hashing release the GIL. Each outcome is recorded, in id order, as soon as it
-    # is in, while the readers go on with the files after it.
-    found: list[CheckpointVerification] = []
-    for row, result in zip(rows, pool.map(read, rows), strict=True):
-        verification = kept.get(row.pk)
-        if result.bytes_read:
-            report.files_read += 1
-            report.bytes_read += result.bytes_read
-        found.append(_record(row, verification, result, now_ms(), report))
-    _store(found, set(kept))
+    found: list[tuple[Any, ...]] = []
+    now = now_ms()
+    for chunk, results in zip(reads.chunks, reads.results, strict=True):
+        for row, result in zip(chunk, results, strict=True):
+            if result.bytes_read:
+                report.files_read += 1
+                report.bytes_read += result.bytes_read
+            found.append(_record(row, reads.kept.get(row.id), result, now, report))
+    with transaction.atomic():
+        _store(found, reads.kept, now)
+        ScrubCursor.objects.filter(pk=cursor.pk).update(after_id=cursor.after_id)
 
 
 def scrub_checkpoints(
@@ -301,21 +447,39 @@ def scrub_checkpoints(
             return report
         report.full = cursor.cycle_full
         report.state = "running"
-        selection = _selection(gateway, agent).order_by("id").values_list(*_WALK)
+        receipts = _selection(gateway, agent).order_by("id")
+        # A full cycle reads every file: its walk reads what the reads need at once. Any other
+        # walks the few columns a stat needs, and reads back the rows whose file changed.
+        walk = receipts.values_list(*(_READ if cursor.cycle_full else _WALK))
+        walked_to = cursor.after_id
         with ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="scrub") as pool:
+            # One batch's files are read while the one before it is recorded and stored, so
+            # the readers (and the disk) do not wait for the database between batches.
+            pending: _Reads | None = None
             while True:
-                rows = list(selection.filter(id__gt=cursor.after_id)[:BATCH])
-                need = _unchanged_ids(rows, root, cursor.cycle_full, report)
-                _read_in_full(need, root, throttle, report, pool)
+                rows = list(walk.filter(id__gt=walked_to)[:BATCH])
+                if cursor.cycle_full:
+                    report.checked += len(rows)
+                    reads = _start_reads(rows, root, throttle, pool)
+                else:
+                    need = _unchanged_ids(rows, root, report)
+                    reads = _start_reads(_read_back(need), root, throttle, pool)
+                # The batch before this one is stored with the cursor after it: a run that
+                # stops now resumes there.
+                cursor.after_id = walked_to
+                _finish_reads(pending, report, cursor)
+                pending = reads
                 if rows:
-                    cursor.after_id = rows[-1][0]
-                if len(rows) < BATCH:
-                    _end_cycle(cursor, now_ms())
-                    report.state = "done"
+                    walked_to = rows[-1][0]
+                last = len(rows) < BATCH
+                if last or (budget and time.monotonic() - started >= budget):
+                    cursor.after_id = walked_to
+                    if pending is not None:
+                        _finish_reads(pending, report, cursor)
+                    if last:
+                        _end_cycle(cursor, now_ms())
+                        report.state = "done"
                     break
-                if budget and time.monotonic() - started >= budget:
-                    break
-                ScrubCursor.objects.filter(pk=cursor.pk).update(after_id=cursor.after_id)
         report.seconds = round(time.monotonic() - started, 3)
         cursor.last_run = {k: v for k, v in report.to_dict().items() if k != "unsafe"}
         cursor.save()

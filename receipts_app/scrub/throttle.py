@@ -29,10 +29,10 @@ class Throttle:
         self._lock = threading.Lock()
 
     def __call__(self, n: int) -> None:
+        if self.rate <= 0:
+            return  # unthrottled: no lock for the readers to queue on
         with self._lock:
             self.bytes += n
-            if self.rate <= 0:
-                return
             ahead = self.bytes / self.rate - (self._clock() - self._start)
             if ahead > 0:
                 self._sleep(ahead)

@@ -4,6 +4,7 @@ them safe again, and a cycle with nothing changed reads no file bytes."""
 
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
@@ -26,6 +27,7 @@ from receipts_app.requeue import requeue_receipt, retake_checkpoint
 from receipts_app.requeue.rules import available_actions
 from receipts_app.scrub import run as scrub_run
 from receipts_app.scrub import scrub_checkpoints, verified_summary, verify_receipt
+from receipts_app.scrub import verify as scrub_verify
 from receipts_app.scrub.throttle import Throttle
 from receipts_app.selectors import ReceiptFilter, filter_receipts
 from sessions_app.gateways import MisroutedWork, ensure_gateway, using_gateway
@@ -175,6 +177,89 @@ def test_a_file_whose_events_do_not_carry_the_receipts_coverage_is_damaged(host_
     )
 
 
+@pytest.mark.parametrize("fd_paths", [True, False], ids=["proc-fd", "realpath"])
+def test_a_checkpoint_reached_through_a_symlink_out_of_the_workspace_is_damaged(
+    host_b, tmp_path, monkeypatch, fd_paths
+):
+    """The same bytes, but outside the workspace: by a symlinked file or a symlinked
+    directory on the way to it. A symlink that stays inside the workspace is fine. Checked
+    on the file opened (/proc/self/fd) where the kernel says it, by resolving the path
+    elsewhere."""
+    monkeypatch.setattr(scrub_verify, "_HAS_FD_PATHS", fd_paths and scrub_verify._HAS_FD_PATHS)
+    by_file, by_directory, inside = _saved(3)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    # The file itself is a symlink to a copy outside.
+    path = host_b / by_file.source_path
+    (outside / "copy.jsonl").write_bytes(path.read_bytes())
+    path.unlink()
+    path.symlink_to(outside / "copy.jsonl")
+    # A directory on the way is a symlink to a directory outside.
+    path = host_b / by_directory.source_path
+    path.parent.rename(outside / "moved")
+    path.parent.symlink_to(outside / "moved", target_is_directory=True)
+    # The file is a symlink to a copy elsewhere inside the workspace.
+    path = host_b / inside.source_path
+    (host_b / "kept.jsonl").write_bytes(path.read_bytes())
+    path.unlink()
+    path.symlink_to(host_b / "kept.jsonl")
+
+    report = scrub_checkpoints("b", force=True, full=True)
+
+    assert (report.ok, report.damaged, report.missing) == (1, 2, 0)
+    for row in (by_file, by_directory):
+        assert _fresh(row).status == "hash_mismatch"
+        verification = CheckpointVerification.objects.get(receipt_id=row.pk)
+        assert verification.outcome == "unreadable"
+        assert "escapes the workspace" in verification.detail
+    assert _fresh(inside).status == "checkpoint_saved"
+
+
+@pytest.mark.skipif(not hasattr(os, "O_NOATIME"), reason="no O_NOATIME here")
+def test_a_worker_that_does_not_own_the_files_still_reads_them(host_b, monkeypatch):
+    """O_NOATIME is the owner's alone (EPERM for anyone else): such a worker reads plainly."""
+    rows = _saved(2)
+    real_open = os.open
+
+    def not_the_owner(path, flags, *args, **kwargs):
+        if flags & os.O_NOATIME:
+            raise PermissionError(errno.EPERM, "Operation not permitted", path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setitem(
+        scrub_verify._noatime, "flags", scrub_verify._OPEN_FLAGS | scrub_verify._NOATIME
+    )
+    monkeypatch.setattr(scrub_verify.os, "open", not_the_owner)
+    report = scrub_checkpoints("b", force=True, full=True)
+    assert (report.files_read, report.ok) == (len(rows), len(rows))
+
+
+def test_a_directory_where_the_checkpoint_was_is_damaged(host_b):
+    (row,) = _saved(1)
+    path = host_b / row.source_path
+    path.unlink()
+    path.mkdir()
+    scrub_checkpoints("b", force=True, full=True)
+    assert _fresh(row).status == "hash_mismatch"
+    verification = CheckpointVerification.objects.get(receipt_id=row.pk)
+    assert (verification.outcome, verification.detail) == (
+        "unreadable",
+        f"{row.source_path} is not a file",
+    )
+
+
+def test_a_full_cycle_over_whole_files_keeps_each_verification_as_it_was(host_b):
+    """The second full read of unchanged files moves only when they were verified."""
+    rows = _saved(3)
+    scrub_checkpoints("b", force=True, full=True)
+    columns = ("outcome", "detail", "size", "mtime_ns", "moved_from", "parsed_hash")
+    first = list(CheckpointVerification.objects.order_by("pk").values_list(*columns))
+    report = scrub_checkpoints("b", force=True, full=True)
+    assert (report.files_read, report.ok) == (3, 3)
+    assert list(CheckpointVerification.objects.order_by("pk").values_list(*columns)) == first
+    assert [v[0] for v in first] == ["ok"] * len(rows) and all(v[5] for v in first)
+
+
 def test_the_scrub_never_writes_into_the_workspace(host_b):
     rows = _saved(2)
     (host_b / rows[0].source_path).unlink()
@@ -219,6 +304,15 @@ def test_the_throttle_keeps_reads_under_the_rate():
     assert Throttle(0, sleep=sleep, clock=lambda: now[0])(10**9) is None
 
 
+def test_a_throttled_full_read_waits_after_every_file_ahead_of_the_rate(host_b):
+    """Eight readers, one rate: at one byte a second every file read puts the run ahead, so
+    each one waits (the sleeps are recorded, not slept)."""
+    _saved(3)
+    slept: list[float] = []
+    report = scrub_checkpoints("b", force=True, full=True, rate=1, sleep=slept.append)
+    assert report.files_read == 3 and len(slept) == 3
+
+
 def test_verified_summary_counts_a_gateways_saved_memory(host_b):
     rows = _saved(3)
     (host_b / rows[0].source_path).unlink()
@@ -254,3 +348,25 @@ def test_beat_queues_each_gateways_scrub_to_the_worker_holding_its_files(db, sen
     assert queues == ["", "gateway.b"]
     # The last ones still wait in the outbox: beat queues no second one.
     assert tasks.scrub_tick.run() == {"queued": []}
+
+
+@pytest.mark.parametrize("full", [True, False])
+@pytest.mark.parametrize("agent", ["", "main"])
+def test_the_walk_reads_a_batch_from_the_scrub_index_not_the_whole_gateway(full, agent):
+    """A batch of the walk costs its own rows at any ledger size: the planner serves it
+    from idx_mdr_scrub_walk (gateway, id), in id order from the cursor."""
+    from django.db import connection
+
+    columns = scrub_run._READ if full else scrub_run._WALK
+    walk = scrub_run._selection("b", agent).order_by("id").values_list(*columns)
+    sql, params = walk.filter(id__gt=0)[: scrub_run.BATCH].query.sql_with_params()
+    with connection.cursor() as cur:
+        if connection.vendor == "postgresql":
+            cur.execute("SET LOCAL enable_seqscan = off")
+            cur.execute("SET LOCAL enable_bitmapscan = off")
+            cur.execute(f"EXPLAIN {sql}", params)
+        else:
+            cur.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+        plan = "\n".join(str(r) for r in cur.fetchall())
+    assert "idx_mdr_scrub_walk" in plan, plan
+    assert "TEMP B-TREE" not in plan, plan  # no sort: the index is in id order
