@@ -359,6 +359,10 @@ def _mirror_fleet_load(r: dict) -> str:
     )
 
 
+LIGHT_LAG_GOAL_S = 1.0
+LIGHT_CPU_PER_ROW_MS = 0.25
+
+
 def mirror_fleet_figures(runs: list[dict]) -> tuple[list[Row], list[str]]:
     """``bench/mirror_fleet.py``: many gateways followed into one PostgreSQL."""
     rows: list[Row] = []
@@ -372,27 +376,71 @@ def mirror_fleet_figures(runs: list[dict]) -> tuple[list[Row], list[str]]:
         )
         rates = [g["achieved_rate_per_s"] for g in r["per_gateway"].values()]
         measured = f"{when(r)}; load {_mirror_fleet_load(r)}"
+        light = r.get("writer") == "light"
+        # The light writer (plain sqlite3 in the 0.3.0 schema) makes 10 x 100/s possible on
+        # this machine, so its runs are held to the fleet's own goals: p99 within 1 s, nothing
+        # lost or duplicated, 0.25 ms of follower CPU a row, a long session within 20 %.
+        lag_goal = LIGHT_LAG_GOAL_S if light else r["lag_goal_s"]
+        lag_met = o["worst_gateway_lag_p99_s"] <= lag_goal and o.get("asked_rate_reached", True)
+        lost = o.get("rows_lost", 0) + o.get("rows_duplicated", 0)
+        writer = "the light writer" if light else "the reference"
         rows.append(
             {
-                "figure": f"mirror lag, {many} ({how}), each written by the "
-                f"reference at {r['rate_per_gateway']:g} receipts/s asked (achieved "
+                "figure": f"mirror lag, {many} ({how}), each written by {writer} at "
+                f"{r['rate_per_gateway']:g} receipts/s asked (achieved "
                 f"{min(rates):.1f}–{max(rates):.1f}/s), into one PostgreSQL (`{r['name']}`)",
                 "value": f"worst gateway p99 {o['worst_gateway_lag_p99_s']:.2f} s; all: p50 "
                 f"{o['lag_p50_s']:.2f} s, p99 {o['lag_p99_s']:.2f} s, max {o['lag_max_s']:.2f} s; "
-                f"{o['not_applied']} not applied",
-                "goal": f"p99 ≤ {r['lag_goal_s']:g} s per gateway",
-                "met": met(o["lag_goal_met"]),
+                f"{o['not_applied']} not applied"
+                + (
+                    f"; {o.get('rows_lost', 0)} lost, {o.get('rows_duplicated', 0)} duplicated"
+                    if light
+                    else ""
+                ),
+                "goal": f"p99 ≤ {lag_goal:g} s per gateway" + (", 0 lost" if light else ""),
+                "met": met(lag_met and (lost == 0 if light else o["lag_goal_met"])),
                 "measured": measured,
                 "command": cmd(r),
                 "limit": "mirror_fleet",
             }
         )
+        long = r.get("long_session")
+        if light and r.get("cpu_budget"):
+            per_row = r["cpu_budget"]["follower_cpu_ms_per_row_applied"]
+            rows.append(
+                {
+                    "figure": f"mirror follower CPU per row applied, {gateways} (`{r['name']}`)",
+                    "value": f"{per_row:.3f} ms",
+                    "goal": f"≤ {LIGHT_CPU_PER_ROW_MS:g} ms",
+                    "met": met(per_row <= LIGHT_CPU_PER_ROW_MS),
+                    "measured": measured,
+                    "command": cmd(r),
+                    "limit": "mirror_fleet",
+                }
+            )
+        if long:
+            lo = long["overall"]
+            ratio = long["follower_cpu_per_row_vs_short"]
+            rows.append(
+                {
+                    "figure": f"the same, each session already {num(long['entries_before'])} "
+                    f"entries long (`{r['name']}`)",
+                    "value": f"worst gateway p99 {lo['worst_gateway_lag_p99_s']:.2f} s; follower "
+                    f"CPU per row {long['cpu_budget']['follower_cpu_ms_per_row_applied']:.3f} ms "
+                    f"= ×{ratio:.2f} the short session's",
+                    "goal": "within 20 % of the short session (×1.2)",
+                    "met": met(ratio <= 1.2 and lo["worst_gateway_lag_p99_s"] <= lag_goal),
+                    "measured": measured,
+                    "command": cmd(r),
+                    "limit": "mirror_fleet",
+                }
+            )
         budget = r.get("cpu_budget")
         if budget:
             rows.append(
                 {
-                    "figure": f"CPU per receipt write, {gateways} (`{r['name']}`): the "
-                    "reference writer's, and our follower's per write applied",
+                    "figure": f"CPU per receipt write, {gateways} (`{r['name']}`): "
+                    f"{writer}'s, and our follower's per write applied",
                     "value": f"writer {budget['writer_cpu_ms_per_write']:.2f} ms, follower "
                     f"{budget['follower_cpu_ms_per_write']:.2f} ms; at "
                     f"{r['rate_per_gateway']:g}/s × {n} the writers alone need "
