@@ -145,8 +145,8 @@ def read_status(name: str, folder: Path | None = None) -> dict[str, object] | No
     return data if isinstance(data, dict) else None
 
 
-def _supervisor_alive(data: dict[str, object]) -> bool:
-    pid = data.get("supervisor_pid")
+def pid_alive(pid: object) -> bool:
+    """Whether a process with this pid runs (signal 0; another user's process counts)."""
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:
@@ -156,6 +156,10 @@ def _supervisor_alive(data: dict[str, object]) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _supervisor_alive(data: dict[str, object]) -> bool:
+    return pid_alive(data.get("supervisor_pid"))
 
 
 class RequestError(Exception):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
-from opensquilla_site.gentle_stop import STATUS_FOLDER
+from opensquilla_site.gentle_stop import STATUS_FOLDER, pid_alive
 
 if TYPE_CHECKING:
     from .heartbeats import HeartbeatView
@@ -45,18 +44,6 @@ class SupervisedProcess:
     pid: int | None = None  # the running command's (the first instance's), as last written
 
 
-def _alive(pid: object) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _read(path: Path) -> SupervisedProcess | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -65,7 +52,7 @@ def _read(path: Path) -> SupervisedProcess | None:
     if not isinstance(data, dict):
         return None
     state = str(data.get("state") or "unknown")
-    if state != "stopped" and not _alive(data.get("supervisor_pid")):
+    if state != "stopped" and not pid_alive(data.get("supervisor_pid")):
         state = "stopped"
     last_exit = data.get("last_exit")
     if not isinstance(last_exit, dict):

@@ -32,6 +32,21 @@ class PreimageEntry:
     token_count: int | None
     created_at: int
 
+    @classmethod
+    def from_row(cls, row: Any) -> PreimageEntry:
+        """The entry a ``CompactedTranscriptEntry`` row keeps, under its original id."""
+        return cls(
+            id=row.original_entry_id,
+            message_id=row.message_id,
+            role=row.role,
+            content=row.content,
+            tool_calls=row.tool_calls,
+            tool_call_id=row.tool_call_id,
+            reasoning_content=row.reasoning_content,
+            token_count=row.token_count,
+            created_at=row.created_at,
+        )
+
 
 class CompactionSource:
     def list_degraded_compactions(
@@ -57,20 +72,7 @@ class CompactionSource:
             session_id=summary.session_id,
             compaction_id=summary.compaction_id,
         ).order_by("created_at", "original_entry_id", "id")
-        return [
-            PreimageEntry(
-                id=row.original_entry_id,
-                message_id=row.message_id,
-                role=row.role,
-                content=row.content,
-                tool_calls=row.tool_calls,
-                tool_call_id=row.tool_call_id,
-                reasoning_content=row.reasoning_content,
-                token_count=row.token_count,
-                created_at=row.created_at,
-            )
-            for row in rows
-        ]
+        return [PreimageEntry.from_row(row) for row in rows]
 
     def mark_compaction_repair_status(self, summary: CompactionSummary, status: str) -> None:
         if summary.pk is None:

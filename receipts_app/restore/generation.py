@@ -74,17 +74,7 @@ def compacted_entries(receipt: MemoryDurableReceipt) -> list[HeldEntry]:
         rows = CompactedTranscriptEntry.objects.here().filter(session_id=receipt.session_id or "")
         held = []
         for row in rows.order_by("created_at", "original_entry_id", "id").iterator(chunk_size=2000):
-            entry = PreimageEntry(
-                id=row.original_entry_id,
-                message_id=row.message_id,
-                role=row.role,
-                content=row.content,
-                tool_calls=row.tool_calls,
-                tool_call_id=row.tool_call_id,
-                reasoning_content=row.reasoning_content,
-                token_count=row.token_count,
-                created_at=row.created_at,
-            )
+            entry = PreimageEntry.from_row(row)
             held.append(
                 HeldEntry(entry, transcript_entry_ref(entry), transcript_fingerprint(entry), False)
             )

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
 
 from opensquilla_site.exceptions import ConflictError, ValidationFailed
 
@@ -202,21 +204,27 @@ def checkpoint_jsonl_stream(
     """The file exactly as stored, in chunks: ``(file name, chunks)``. Raises as
     :func:`restore_checkpoint` does, before the first byte is sent."""
     receipt = _checkpoint_receipt(receipt_or_id)
-    located = _readable(receipt)
-    assert located.path is not None
-    try:
-        handle = located.path.open("rb")
-    except OSError as exc:
-        raise CheckpointUnreadable(
-            f"The checkpoint file could not be read: {exc.strerror or exc}"
-        ) from exc
+    path, handle = _opened(receipt)
 
     def chunks() -> Iterator[bytes]:
         with handle:
             while chunk := handle.read(DOWNLOAD_CHUNK):
                 yield chunk
 
-    return located.path.name, chunks()
+    return path.name, chunks()
+
+
+def _opened(receipt: MemoryDurableReceipt) -> tuple[Path, BinaryIO]:
+    """The receipt's readable file and a handle open for reading it (raises as
+    :func:`restore_checkpoint` does)."""
+    located = _readable(receipt)
+    assert located.path is not None
+    try:
+        return located.path, located.path.open("rb")
+    except OSError as exc:
+        raise CheckpointUnreadable(
+            f"The checkpoint file could not be read: {exc.strerror or exc}"
+        ) from exc
 
 
 def checkpoint_markdown_stream(
@@ -224,18 +232,11 @@ def checkpoint_markdown_stream(
 ) -> tuple[str, Iterator[bytes]]:
     """The conversation as Markdown, rendered while the file streams: ``(file name, chunks)``."""
     receipt = _checkpoint_receipt(receipt_or_id)
-    located = _readable(receipt)
-    assert located.path is not None
-    try:
-        handle = located.path.open("rb")
-    except OSError as exc:
-        raise CheckpointUnreadable(
-            f"The checkpoint file could not be read: {exc.strerror or exc}"
-        ) from exc
+    path, handle = _opened(receipt)
 
     def chunks() -> Iterator[bytes]:
         with handle:
             for text in markdown_lines(receipt, handle):
                 yield text.encode("utf-8")
 
-    return located.path.stem + ".md", chunks()
+    return path.stem + ".md", chunks()
