@@ -122,6 +122,12 @@ def test_the_fleet_view_fits_shows_its_counts_and_links_to_their_rows(
     context.close()
 
 
+def _settled(page) -> None:
+    page.wait_for_function(
+        "() => !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')"
+    )
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 def test_the_gateway_select_changes_the_url_and_the_rows(browser, live_server, screenshot, width):
     _seed()
@@ -150,7 +156,9 @@ def test_the_gateway_select_changes_the_url_and_the_rows(browser, live_server, s
     assert "gateway=edge-host-b" in page.url
     page.wait_for_function("() => document.querySelectorAll('tr.receipt-row').length === 3")
     assert _listed_ids(page) == _ids_of("edge-host-b", ["checkpoint_failed"])
-    # Back to every gateway.
+    # Back to every gateway, once htmx has settled the swapped-in form: a select swapped in is
+    # bound to its change handler when the swap settles, and a change before that is not sent.
+    _settled(page)
     page.select_option('select[name="gateway"]', "")
     page.wait_for_function("() => document.querySelectorAll('tr.receipt-row').length === 4")
     assert "gateway=edge-host-b" not in page.url
