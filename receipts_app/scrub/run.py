@@ -14,11 +14,12 @@ compare-and-set UPDATE with a ``scrub`` event, so a concurrent requeue or upsert
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -33,8 +34,18 @@ from .. import audit
 from ..models import CheckpointVerification, MemoryDurableReceipt, ScrubCursor
 from ..statuses import CHECKPOINT_MISSING, CHECKPOINT_SAVED, SCRUB_VERDICT_STATUSES
 from . import settings as scrub_settings
+from .filecheck import Found
+from .readers import ReaderGone, ReaderProcesses
 from .throttle import Throttle
-from .verify import OK, Verification, checkpoint_root, resolved_root, verify_file
+from .verify import (
+    OK,
+    Verification,
+    checkpoint_root,
+    resolved_root,
+    verify_file,
+    verify_files,
+    wanted,
+)
 
 logger = logging.getLogger(__name__)
 BATCH = 500
@@ -44,6 +55,10 @@ BATCH = 500
 READERS = 8
 # Files one reader task verifies in a row: one future per few files, not one per file.
 READ_CHUNK = 32
+# Files one request to a reader process carries (``readers``); measured best of 32-128.
+PROCESS_CHUNK = 64
+# Seconds a reader process has to answer for a chunk before the scrub reads it itself.
+READER_ANSWER_SECONDS = 120.0
 SCRUB_ACTION = "scrub"
 
 
@@ -361,10 +376,15 @@ def _read_back(ids: list[int]) -> list[tuple[Any, ...]]:
 
 
 def _start_reads(
-    joined: list[tuple[Any, ...]], root: Path | None, throttle: Throttle, pool: ThreadPoolExecutor
+    joined: list[tuple[Any, ...]],
+    root: Path | None,
+    throttle: Throttle,
+    pool: ThreadPoolExecutor,
+    processes: ReaderProcesses | None,
 ) -> _Reads | None:
-    """Hand the files of these receipts (``_READ`` tuples) to the readers; ``_finish_reads``
-    records what they found."""
+    """Hand the files of these receipts (``_READ`` tuples) to the readers: the reader
+    processes when the run has them, else this process's threads. ``_finish_reads`` records
+    what they found."""
     if not joined:
         return None
     rows: list[_Receipt] = []
@@ -376,19 +396,54 @@ def _start_reads(
         if values[width] is not None:
             kept[row.id] = _Kept._make(values[width:])
 
+    def parsed(row: _Receipt) -> str:
+        verification = kept.get(row.id)
+        return (verification.parsed_hash or "") if verification is not None else ""
+
     def read(chunk: list[_Receipt]) -> list[Verification]:
-        out = []
-        for row in chunk:
-            verification = kept.get(row.id)
-            parsed = (verification.parsed_hash or "") if verification is not None else ""
-            out.append(verify_file(row, root, parsed_hash=parsed, on_read=throttle))
-        return out
+        if throttle.rate > 0:  # one file after another, each read held to the rate
+            return [
+                verify_file(row, root, parsed_hash=parsed(row), on_read=throttle) for row in chunk
+            ]
+        return verify_files([wanted(row, parsed(row)) for row in chunk], root)
 
     # Several files are read at once: a cold file's read is mostly waiting for the disk, and
     # reads and hashing release the GIL. A reader takes a few files in a row (one future per
     # chunk, not per file).
-    chunks = [rows[i : i + READ_CHUNK] for i in range(0, len(rows), READ_CHUNK)]
-    return _Reads(rows, kept, chunks, pool.map(read, chunks))
+    if processes is None or root is None:
+        chunks = [rows[i : i + READ_CHUNK] for i in range(0, len(rows), READ_CHUNK)]
+        return _Reads(rows, kept, chunks, pool.map(read, chunks))
+    # A reader process asks the disk for a whole request's files at once: larger requests
+    # keep more of the disk busy, and cost fewer answers.
+    chunks = [rows[i : i + PROCESS_CHUNK] for i in range(0, len(rows), PROCESS_CHUNK)]
+    asked = [_ask(processes, [wanted(row, parsed(row)) for row in chunk]) for chunk in chunks]
+    results = (_collect(processes, a, chunk, read) for a, chunk in zip(asked, chunks, strict=True))
+    return _Reads(rows, kept, chunks, results)
+
+
+def _ask(processes: ReaderProcesses, files: list[Any]) -> Future[list[Found]] | None:
+    try:
+        return processes.submit(files)
+    except ReaderGone:
+        return None  # no reader process left: ``_collect`` reads the chunk here
+
+
+def _collect(
+    processes: ReaderProcesses,
+    asked: Future[list[Found]] | None,
+    chunk: list[_Receipt],
+    read: Any,
+) -> list[Verification]:
+    """A chunk's verifications from its reader process; read here when it has none to give
+    (it died, could not start, or did not answer in time), so no file goes unverified."""
+    if asked is not None:
+        try:
+            found = processes.answer(asked, READER_ANSWER_SECONDS)
+            return [Verification.of(one) for one in found]
+        except ReaderGone as exc:
+            logger.warning("scrub: %s; reading its files in this process", exc)
+    result: list[Verification] = read(chunk)
+    return result
 
 
 def _finish_reads(reads: _Reads | None, report: ScrubReport, cursor: ScrubCursor) -> None:
@@ -452,7 +507,10 @@ def scrub_checkpoints(
         # walks the few columns a stat needs, and reads back the rows whose file changed.
         walk = receipts.values_list(*(_READ if cursor.cycle_full else _WALK))
         walked_to = cursor.after_id
-        with ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="scrub") as pool:
+        with (
+            ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="scrub") as pool,
+            _reader_processes(root, throttle.rate) as processes,
+        ):
             # One batch's files are read while the one before it is recorded and stored, so
             # the readers (and the disk) do not wait for the database between batches.
             pending: _Reads | None = None
@@ -460,10 +518,11 @@ def scrub_checkpoints(
                 rows = list(walk.filter(id__gt=walked_to)[:BATCH])
                 if cursor.cycle_full:
                     report.checked += len(rows)
-                    reads = _start_reads(rows, root, throttle, pool)
+                    reads = _start_reads(rows, root, throttle, pool, processes)
                 else:
                     need = _unchanged_ids(rows, root, report)
-                    reads = _start_reads(_read_back(need), root, throttle, pool)
+                    joined = _read_back(need)
+                    reads = _start_reads(joined, root, throttle, pool, processes)
                 # The batch before this one is stored with the cursor after it: a run that
                 # stops now resumes there.
                 cursor.after_id = walked_to
@@ -484,6 +543,19 @@ def scrub_checkpoints(
         cursor.last_run = {k: v for k, v in report.to_dict().items() if k != "unsafe"}
         cursor.save()
     return report
+
+
+@contextlib.contextmanager
+def _reader_processes(root: Path | None, rate: float) -> Iterator[ReaderProcesses | None]:
+    """The run's reader processes: for an unthrottled run only (a throttled one reads far
+    below what this process's threads do), none when ``OPENSQUILLA_SCRUB_READER_PROCESSES``
+    is 0. They start at the first file read, and end with the run."""
+    count = scrub_settings.reader_processes()
+    if root is None or rate > 0 or count < 1:
+        yield None
+        return
+    with ReaderProcesses(root, processes=count) as processes:
+        yield processes
 
 
 def _end_cycle(cursor: ScrubCursor, now: int) -> None:

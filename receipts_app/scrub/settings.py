@@ -31,3 +31,8 @@ def full_cycle_seconds() -> float:
 def run_seconds() -> float:
     """How long one scheduled run goes on before it leaves the rest to the next (resumable)."""
     return _number("OPENSQUILLA_SCRUB_RUN_SECONDS", 240)
+
+
+def reader_processes() -> int:
+    """Processes an unthrottled scrub reads its files in (0: this process's threads only)."""
+    return int(_number("OPENSQUILLA_SCRUB_READER_PROCESSES", 2))

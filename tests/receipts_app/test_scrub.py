@@ -25,9 +25,8 @@ from receipts_app.models import (
 )
 from receipts_app.requeue import requeue_receipt, retake_checkpoint
 from receipts_app.requeue.rules import available_actions
+from receipts_app.scrub import filecheck, scrub_checkpoints, verified_summary, verify_receipt
 from receipts_app.scrub import run as scrub_run
-from receipts_app.scrub import scrub_checkpoints, verified_summary, verify_receipt
-from receipts_app.scrub import verify as scrub_verify
 from receipts_app.scrub.throttle import Throttle
 from receipts_app.selectors import ReceiptFilter, filter_receipts
 from sessions_app.gateways import MisroutedWork, ensure_gateway, using_gateway
@@ -179,13 +178,15 @@ def test_a_file_whose_events_do_not_carry_the_receipts_coverage_is_damaged(host_
 
 @pytest.mark.parametrize("fd_paths", [True, False], ids=["proc-fd", "realpath"])
 def test_a_checkpoint_reached_through_a_symlink_out_of_the_workspace_is_damaged(
-    host_b, tmp_path, monkeypatch, fd_paths
+    host_b, tmp_path, monkeypatch, fd_paths, settings
 ):
     """The same bytes, but outside the workspace: by a symlinked file or a symlinked
     directory on the way to it. A symlink that stays inside the workspace is fine. Checked
     on the file opened (/proc/self/fd) where the kernel says it, by resolving the path
-    elsewhere."""
-    monkeypatch.setattr(scrub_verify, "_HAS_FD_PATHS", fd_paths and scrub_verify._HAS_FD_PATHS)
+    elsewhere. Read in this process, where the switch between the two can be turned (the
+    reader processes run the same ``filecheck``: tests/receipts_app/test_scrub_readers.py)."""
+    monkeypatch.setattr(filecheck, "_HAS_FD_PATHS", fd_paths and filecheck._HAS_FD_PATHS)
+    settings.OPENSQUILLA_SCRUB_READER_PROCESSES = 0
     by_file, by_directory, inside = _saved(3)
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -216,8 +217,10 @@ def test_a_checkpoint_reached_through_a_symlink_out_of_the_workspace_is_damaged(
 
 
 @pytest.mark.skipif(not hasattr(os, "O_NOATIME"), reason="no O_NOATIME here")
-def test_a_worker_that_does_not_own_the_files_still_reads_them(host_b, monkeypatch):
-    """O_NOATIME is the owner's alone (EPERM for anyone else): such a worker reads plainly."""
+def test_a_worker_that_does_not_own_the_files_still_reads_them(host_b, monkeypatch, settings):
+    """O_NOATIME is the owner's alone (EPERM for anyone else): such a worker reads plainly.
+    Read in this process, where ``os.open`` can be made to refuse."""
+    settings.OPENSQUILLA_SCRUB_READER_PROCESSES = 0
     rows = _saved(2)
     real_open = os.open
 
@@ -226,10 +229,8 @@ def test_a_worker_that_does_not_own_the_files_still_reads_them(host_b, monkeypat
             raise PermissionError(errno.EPERM, "Operation not permitted", path)
         return real_open(path, flags, *args, **kwargs)
 
-    monkeypatch.setitem(
-        scrub_verify._noatime, "flags", scrub_verify._OPEN_FLAGS | scrub_verify._NOATIME
-    )
-    monkeypatch.setattr(scrub_verify.os, "open", not_the_owner)
+    monkeypatch.setitem(filecheck._noatime, "flags", filecheck._OPEN_FLAGS | filecheck._NOATIME)
+    monkeypatch.setattr(filecheck.os, "open", not_the_owner)
     report = scrub_checkpoints("b", force=True, full=True)
     assert (report.files_read, report.ok) == (len(rows), len(rows))
 
