@@ -1,29 +1,40 @@
-"""The checkpoint scrub (receipts_app.scrub, issue 27): throughput against the disk, CPU per MB,
-and the cost of a cycle with nothing changed.
+"""The checkpoint scrub (receipts_app.scrub, issue 27): throughput against the disk and against
+the bare floor, CPU per MB, and the cost of a cycle with nothing changed.
+
+``--rounds`` interleaved rounds (default 5), each of:
 
 1. **The disk.** A file as large as the checkpoint set is written, synced and dropped from the
    page cache (``posix_fadvise(DONTNEED)``, no root needed), then read sequentially in 1 MiB
-   reads: the disk's sequential read rate, measured in this run.
-2. **A full scrub, unthrottled.** ``--checkpoints`` checkpoint files (real checkpoint JSONL,
-   ``--events`` events each) with their ``checkpoint_saved`` receipts; the files are dropped
-   from the page cache, then one full cycle (``scrub_checkpoints(full=True, rate=0)``) reads
-   every one: MB/s, checkpoints/s, the ratio to the disk's rate (goal >= 0.5) and the process
-   CPU per MB read. Twice: the first read of each file parses it, a later full cycle only hashes
-   bytes already parsed (``parsed_hash``).
-3. **A cycle with nothing changed.** The same files again, nothing touched: the cycle must read
-   no file bytes (asserted through the report's counters) and costs a ``stat`` and its share
-   of the batched receipt reads per checkpoint. Its CPU per checkpoint, times 1M checkpoint
-   receipts, over the cycle's length (``OPENSQUILLA_SCRUB_CYCLE_SECONDS``, default 3600 s),
-   is the share of a core a 1M-receipt cycle costs (goal <= 1 %). Measured at ``--checkpoints``
-   and extrapolated linearly to 1M (the walk is keyset batches of 500 read from
-   ``idx_mdr_scrub_walk`` in id order, so its cost per row does not grow with the table:
-   measured flat from 10,000 to 40,000); the report says so.
+   reads: the disk's sequential read rate, measured in this round.
+2. **The floor.** The same checkpoint files, dropped from the page cache, read by the bare
+   minimum the scrub cannot do without: open, ``POSIX_FADV_WILLNEED``, one read, sha256,
+   close, in as many processes as the scrub's readers (``OPENSQUILLA_SCRUB_READER_PROCESSES``),
+   no database and no checks. What Python reads these files at on this machine now.
+3. **A first read, unthrottled.** The files dropped from the page cache, what the last round
+   parsed forgotten, one full cycle (``scrub_checkpoints(full=True, rate=0)``) reads and parses
+   every file.
+4. **A full re-read, unthrottled.** Dropped again; a full cycle hashes bytes it already parsed
+   (``parsed_hash``): the cycle the scrub runs every ``OPENSQUILLA_SCRUB_FULL_CYCLE_SECONDS``.
+
+For each: MB/s, checkpoints/s, the ratio to the disk's rate of the same round (goal >= 0.5)
+and to the floor's, and the CPU per MB of the scrub's process and its reader processes
+together. The figures are medians over the rounds, with their spread.
+
+Then **a cycle with nothing changed**: the same files again, nothing touched: the cycle must
+read no file bytes (asserted through the report's counters) and costs a ``stat`` and its share
+of the batched receipt reads per checkpoint. Its CPU per checkpoint, times 1M checkpoint
+receipts, over the cycle's length (``OPENSQUILLA_SCRUB_CYCLE_SECONDS``, default 3600 s), is the
+share of a core a 1M-receipt cycle costs (goal <= 1 %). Measured at ``--checkpoints`` and
+extrapolated linearly to 1M (the walk is keyset batches of 500 read from
+``idx_mdr_scrub_walk`` in id order, so its cost per row does not grow with the table: measured
+flat from 10,000 to 40,000); the report says so.
 
 SQLite in this process by default (the database's CPU is then inside the process CPU
-measured); ``--backend postgres`` measures the scrub's own process only (the server's CPU is
+measured); ``--backend postgres`` measures the scrub's own processes only (the server's CPU is
 not in it, the report says so).
 
-    .venv/bin/python bench/scrub.py [--checkpoints 10000] [--events 40] [--backend sqlite]
+    .venv/bin/python bench/scrub.py [--checkpoints 10000] [--events 40] [--rounds 5]
+                                    [--backend sqlite]
 
 Writes ``var/bench/scrub_<backend>.json``.
 """
@@ -33,6 +44,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -131,15 +143,57 @@ def seed(root: Path, count: int, events: int) -> tuple[list[Path], int]:
     return files, total
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and of its children that have ended (the scrub's reader
+    processes end with its run)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def _timed_scrub(**kwargs: Any) -> tuple[Any, float, float]:
     from receipts_app.scrub import scrub_checkpoints
 
-    wall, cpu = time.perf_counter(), time.process_time()
+    wall, cpu = time.perf_counter(), _cpu()
     report = scrub_checkpoints(GATEWAY, force=True, seconds=0, rate=0, **kwargs)
-    return report, time.perf_counter() - wall, time.process_time() - cpu
+    return report, time.perf_counter() - wall, _cpu() - cpu
 
 
-def _full(files: list[Path], root: Path, disk: float, label: str) -> dict[str, Any]:
+def _bare_read(paths: list[str]) -> int:
+    """The floor's reader: every file opened and asked for, then read and hashed."""
+    fds = [os.open(path, os.O_RDONLY) for path in paths]
+    for fd in fds:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    total = 0
+    for fd in fds:
+        body = os.read(fd, os.fstat(fd).st_size + 1)
+        os.close(fd)
+        hashlib.sha256(body).hexdigest()
+        total += len(body)
+    return total
+
+
+def floor_read_rate(files: list[Path], processes: int) -> float:
+    """Bytes/s of the bare read of ``files``, cold, in ``processes`` processes (chunks of the
+    scrub's request size)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from receipts_app.scrub.run import PROCESS_CHUNK
+
+    names = [str(path) for path in files]
+    chunks = [names[i : i + PROCESS_CHUNK] for i in range(0, len(names), PROCESS_CHUNK)]
+    context = multiprocessing.get_context("fork")  # the function is this file's, not importable
+    with ProcessPoolExecutor(max(1, processes), mp_context=context) as pool:
+        pool.submit(int).result()  # the processes are up before the clock starts
+        for path in files:
+            _drop_cache(path)
+        started = time.perf_counter()
+        total = sum(pool.map(_bare_read, chunks))
+        elapsed = time.perf_counter() - started
+    return total / elapsed if elapsed else float("inf")
+
+
+def _full(files: list[Path], root: Path, label: str) -> dict[str, Any]:
     for path in files:
         _drop_cache(path)
     report, wall, cpu = _timed_scrub(full=True, root=root)
@@ -152,24 +206,70 @@ def _full(files: list[Path], root: Path, disk: float, label: str) -> dict[str, A
         "seconds": round(wall, 3),
         "mb_per_s": round(rate / MB, 1),
         "checkpoints_per_s": round(report.files_read / wall, 1) if wall else None,
-        "ratio_to_disk": round(rate / disk, 2) if disk else None,
         "cpu_ms_per_mb": round(cpu * 1000 / (report.bytes_read / MB), 1)
         if report.bytes_read
         else None,
     }
 
 
-def measure(root: Path, checkpoints: int, events: int, *, disk_bytes: int | None = None) -> dict:
+def _round(files: list[Path], root: Path, disk_bytes: int, processes: int) -> dict[str, Any]:
+    from receipts_app.models import CheckpointVerification
+
+    disk = disk_read_rate(root, disk_bytes)
+    floor = floor_read_rate(files, processes)
+    CheckpointVerification.objects.update(parsed_hash="")  # the first read parses again
+    first = _full(files, root, "first read (parse)")
+    again = _full(files, root, "full re-read (hash only)")
+    for run in (first, again):
+        rate = run["mb_per_s"] * MB
+        run["ratio_to_disk"] = round(rate / disk, 2) if disk else None
+        run["ratio_to_floor"] = round(rate / floor, 2) if floor else None
+    return {
+        "disk_mb_per_s": round(disk / MB, 1),
+        "floor_mb_per_s": round(floor / MB, 1),
+        "first": first,
+        "again": again,
+    }
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def _summary(rounds: list[dict], key: str) -> dict[str, Any]:
+    """One full-read figure over the rounds: the median of each value, and the spread of the
+    rate and of the ratios."""
+    runs = [r[key] for r in rounds]
+    out: dict[str, Any] = {"label": runs[0]["label"], "checkpoints": runs[0]["checkpoints"]}
+    out["mb"] = runs[0]["mb"]
+    for name in ("seconds", "mb_per_s", "checkpoints_per_s", "cpu_ms_per_mb"):
+        out[name] = round(_median([run[name] for run in runs]), 3 if name == "seconds" else 1)
+    for name in ("mb_per_s", "ratio_to_disk", "ratio_to_floor", "cpu_ms_per_mb"):
+        values = [run[name] for run in runs]
+        if name.startswith("ratio"):
+            out[name] = round(_median(values), 2)
+        out[f"{name}_min"], out[f"{name}_max"] = min(values), max(values)
+    return out
+
+
+def measure(
+    root: Path,
+    checkpoints: int,
+    events: int,
+    *,
+    rounds: int = 5,
+    disk_bytes: int | None = None,
+) -> dict:
     """Every figure of this benchmark, on the database Django is set up with now."""
     from django.test.utils import override_settings
 
     from receipts_app.scrub import settings as scrub_settings
 
     files, total = seed(root, checkpoints, events)
-    disk = disk_read_rate(root, disk_bytes if disk_bytes is not None else max(total, 64 * MB))
+    size = disk_bytes if disk_bytes is not None else max(total, 64 * MB)
     with override_settings(OPENSQUILLA_CHECKPOINT_WORKSPACE=str(root)):
-        first = _full(files, root, disk, "first read (parse)")
-        again = _full(files, root, disk, "full re-read (hash only)")
+        processes = scrub_settings.reader_processes()
+        done = [_round(files, root, size, processes) for _ in range(max(1, rounds))]
         unchanged, wall, cpu = _timed_scrub(full=False, root=root)
     # The goal the issue sets: a nothing-changed cycle reads no file bytes at all.
     assert (unchanged.files_read, unchanged.bytes_read) == (0, 0), unchanged
@@ -177,12 +277,21 @@ def measure(root: Path, checkpoints: int, events: int, *, disk_bytes: int | None
     cycle_s = scrub_settings.cycle_seconds()
     per_checkpoint_us = cpu * 1e6 / checkpoints
     core_share = per_checkpoint_us * ONE_MILLION / 1e6 / cycle_s
+    disks = [r["disk_mb_per_s"] for r in done]
+    floors = [r["floor_mb_per_s"] for r in done]
     return {
         "checkpoints": checkpoints,
         "events_per_checkpoint": events,
         "checkpoint_bytes_mean": round(total / checkpoints),
-        "disk_mb_per_s": round(disk / MB, 1),
-        "full": [first, again],
+        "reader_processes": processes,
+        "rounds": done,
+        "disk_mb_per_s": round(_median(disks), 1),
+        "disk_mb_per_s_min": min(disks),
+        "disk_mb_per_s_max": max(disks),
+        "floor_mb_per_s": round(_median(floors), 1),
+        "floor_mb_per_s_min": min(floors),
+        "floor_mb_per_s_max": max(floors),
+        "full": [_summary(done, "first"), _summary(done, "again")],
         "unchanged": {
             "checkpoints": checkpoints,
             "files_read": unchanged.files_read,
@@ -199,13 +308,22 @@ def measure(root: Path, checkpoints: int, events: int, *, disk_bytes: int | None
 
 
 def print_figures(result: dict, backend: str) -> None:
-    print(f"disk sequential read (cold, this run): {result['disk_mb_per_s']} MB/s")
+    rounds = len(result["rounds"])
+    print(
+        f"{rounds} interleaved rounds; medians [min-max]. Disk sequential read (cold): "
+        f"{result['disk_mb_per_s']} MB/s [{result['disk_mb_per_s_min']}-"
+        f"{result['disk_mb_per_s_max']}]; bare floor (open, willneed, read, sha256 in "
+        f"{result['reader_processes']} processes): {result['floor_mb_per_s']} MB/s "
+        f"[{result['floor_mb_per_s_min']}-{result['floor_mb_per_s_max']}]"
+    )
     for run in result["full"]:
         print(
-            f"scrub {run['label']}: {run['checkpoints']} checkpoints, {run['mb']} MB in "
-            f"{run['seconds']} s = {run['mb_per_s']} MB/s, {run['checkpoints_per_s']} "
-            f"checkpoints/s, {run['ratio_to_disk']} of the disk (goal >= 0.5), "
-            f"{run['cpu_ms_per_mb']} ms CPU per MB"
+            f"scrub {run['label']}: {run['checkpoints']} checkpoints, {run['mb']} MB, "
+            f"{run['mb_per_s']} MB/s [{run['mb_per_s_min']}-{run['mb_per_s_max']}], "
+            f"{run['checkpoints_per_s']} checkpoints/s, {run['ratio_to_disk']} of the disk "
+            f"[{run['ratio_to_disk_min']}-{run['ratio_to_disk_max']}] (goal >= 0.5), "
+            f"{run['ratio_to_floor']} of the floor, {run['cpu_ms_per_mb']} ms CPU per MB "
+            "(scrub and reader processes)"
         )
     u = result["unchanged"]
     where = "process CPU incl. SQLite" if backend == "sqlite" else "scrub process only"
@@ -222,6 +340,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoints", type=int, default=10_000)
     parser.add_argument("--events", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--db-name", default="osq_scrub_bench")
     args = parser.parse_args()
@@ -238,7 +357,7 @@ def main() -> None:
     root.mkdir(parents=True)
     djbench.setup_django(url)
     load_before = os.getloadavg()[0]
-    result = measure(root, args.checkpoints, args.events)
+    result = measure(root, args.checkpoints, args.events, rounds=args.rounds)
     result.update(
         kind="scrub",
         command=" ".join(["bench/scrub.py", *sys.argv[1:]]),

@@ -4,6 +4,7 @@ reader dies, talks nonsense or hangs."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -204,3 +205,30 @@ def test_checking_files_together_leaves_no_descriptor_open(host_b, tmp_path, mon
     with pytest.raises(RuntimeError):
         filecheck.check_files(wanted, host_b)
     assert _open_descriptors() == before
+
+
+def _event(sequence: int, **extra) -> str:
+    event = {"event_id": f"e{sequence}", "role": "user", "sequence": sequence}
+    event.update(session_key="agent:main:x", turn_id="t", **extra)
+    return json.dumps(event)
+
+
+@pytest.mark.parametrize(
+    ("lines", "problem"),
+    [
+        ([_event(1), _event(2)], None),
+        (
+            [_event(1), "{not json"],
+            "line 2 is not JSON: Expecting property name enclosed in double quotes",
+        ),
+        # Two events on one line and none on another: still refused, whichever way it is parsed.
+        ([_event(1) + "," + _event(2), _event(3)], "line 1 is not JSON: Extra data"),
+        ([_event(1), ""], "line 2 is not JSON: Expecting value"),
+        ([_event(1), _event(3)], "line 2 has sequence 3"),
+        (["[1, 2]"], "line 1 is not a checkpoint event"),
+    ],
+    ids=["whole", "bad-line", "two-on-a-line", "empty-line", "sequence", "not-an-event"],
+)
+def test_a_checkpoints_lines_are_checked_one_by_one(lines, problem):
+    body = ("\n".join(lines) + "\n").encode()
+    assert filecheck.coverage_problem(body, "agent:main:x", "t", None) == problem
