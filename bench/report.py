@@ -570,24 +570,28 @@ def embedded_broker_figures(runs: list[dict]) -> list[Row]:
 
 
 def scrub_figures(runs: list[dict]) -> tuple[list[Row], list[str]]:
-    """``bench/scrub.py``: the checkpoint scrub against the disk, and a cycle with nothing changed."""
+    """``bench/scrub.py``: the checkpoint scrub against the disk and the bare floor, and a cycle
+    with nothing changed."""
     rows: list[Row] = []
     detail: list[str] = []
     for r in sorted(runs, key=lambda r: r["name"]):
         where = (
             f"{num(r['checkpoints'])} checkpoints of {r['events_per_checkpoint']} events "
             f"(~{num(r['checkpoint_bytes_mean'] / 1024, 1)} KiB), files dropped from the page "
-            f"cache, {r['backend']}"
+            f"cache, {r['backend']}, {r['reader_processes']} reader processes"
         )
+        disk = _range(r, "disk_mb_per_s", 0)
+        floor = _range(r, "floor_mb_per_s", 0)
         for run in r["full"]:
             ok = run["ratio_to_disk"] is not None and run["ratio_to_disk"] >= 0.5
             rows.append(
                 _row(
                     f"Scrub, {run['label']}, unthrottled ({where})",
-                    f"{num(run['mb_per_s'], 1)} MB/s = {run['ratio_to_disk']} of the disk's "
-                    f"{num(r['disk_mb_per_s'], 1)} MB/s sequential read; "
+                    f"{_range(run, 'mb_per_s', 0)} MB/s = {_range(run, 'ratio_to_disk', 2)} of "
+                    f"the disk's {disk} MB/s sequential read, "
+                    f"{_range(run, 'ratio_to_floor', 2)} of the bare floor's {floor} MB/s; "
                     f"{num(run['checkpoints_per_s'])} checkpoints/s; "
-                    f"{num(run['cpu_ms_per_mb'], 1)} ms CPU per MB",
+                    f"{num(run['cpu_ms_per_mb'], 1)} ms CPU per MB (scrub and readers)",
                     "≥ 0.5 of the disk's sequential read rate",
                     ok,
                     r,
@@ -608,42 +612,31 @@ def scrub_figures(runs: list[dict]) -> tuple[list[Row], list[str]]:
                 "scrub",
             )
         )
+        loads = [r["load_before"], r["load_after"]]
         detail += [
-            f"`{r['name']}`: {where}. The disk's rate is one cold sequential read of a file as "
-            "large as the checkpoint set, in the same run. A checkpoint is a file of its own in "
-            "a directory of its own (as the writer lays them out), so a cold full read is many "
-            "small reads, eight at a time, against one long one: the ratio is the price of that "
-            "layout as much as of the scrub. The first read parses every file; a later full cycle "
-            "hashes bytes it already parsed. The nothing-changed cycle's CPU includes SQLite's "
-            "(in process); on PostgreSQL the server's is not in it." + _scrub_repeats(r),
+            f"`{r['name']}`: {where}; {len(r['rounds'])} interleaved rounds, each a disk read, "
+            "a bare read, a first read and a full re-read; medians [min–max] over the rounds, "
+            f"load {min(loads):.1f} to {max(loads):.1f} on {r['machine']['nproc']} cores. The "
+            "disk's rate is one cold sequential read of a file as large as the checkpoint set. "
+            "The bare floor reads the same cold files with nothing but open, "
+            "`POSIX_FADV_WILLNEED`, one read and sha256, in as many processes as the scrub's "
+            "readers: no database, no checks. A checkpoint is a file of its own in a directory "
+            "of its own (as the writer lays them out), so a cold full read is many small reads "
+            "against the disk's one long one. The first read parses every file; a later full "
+            "cycle hashes bytes it already parsed. The nothing-changed cycle's CPU includes "
+            "SQLite's (in process); on PostgreSQL the server's is not in it.",
             "",
         ]
     return rows, detail
 
 
-def _scrub_repeats(r: dict) -> str:
-    """The spread of the runs a scrub figure was picked from (the machine is shared)."""
-    repeats = r.get("repeats") or []
-    if len(repeats) < 2:
-        return ""
-
-    def spread(key: str, unit: str, digits: int = 2) -> str:
-        values = sorted(x[key] for x in repeats)
-        low, mid, high = values[0], values[len(values) // 2], values[-1]
-        return f"{low:.{digits}f} to {high:.{digits}f}{unit} (median {mid:.{digits}f})"
-
-    loads = [x[k] for x in repeats for k in ("load_before", "load_after")]
-    return (
-        f" {len(repeats)} runs back to back, load {min(loads):.1f} to {max(loads):.1f} on "
-        f"{r['machine']['nproc']} cores; figures above from {r['adopted']}. Full re-read: "
-        f"{spread('full_reread_ratio', ' of the disk')}, "
-        f"{spread('full_reread_mb_per_s', ' MB/s', 1)}, "
-        f"{spread('full_reread_cpu_ms_per_mb', ' ms CPU per MB', 1)}; first read: "
-        f"{spread('first_read_ratio', ' of the disk')}, "
-        f"{spread('first_read_mb_per_s', ' MB/s', 1)}; disk: "
-        f"{spread('disk_mb_per_s', ' MB/s', 1)}; nothing changed: "
-        f"{spread('unchanged_cpu_us_per_checkpoint', ' µs a checkpoint', 1)}."
-    )
+def _range(values: dict, key: str, digits: int) -> str:
+    """``median [min–max]`` of a figure measured over rounds."""
+    low, high = values.get(f"{key}_min"), values.get(f"{key}_max")
+    middle = f"{values[key]:,.{digits}f}"
+    if low is None or high is None:
+        return middle
+    return f"{middle} [{low:,.{digits}f}–{high:,.{digits}f}]"
 
 
 def carried_figures(results: dict[str, dict]) -> list[Row]:

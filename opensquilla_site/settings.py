@@ -325,6 +325,8 @@ OPENSQUILLA_SCRUB_READ_BYTES_PER_SECOND = float(
     os.environ.get("OPENSQUILLA_SCRUB_READ_BYTES_PER_SECOND", str(20 * 1024 * 1024))
 )
 OPENSQUILLA_SCRUB_RUN_SECONDS = float(os.environ.get("OPENSQUILLA_SCRUB_RUN_SECONDS", "240"))
+# Processes an unthrottled scrub reads its files in (0: the worker's own threads only).
+OPENSQUILLA_SCRUB_READER_PROCESSES = int(os.environ.get("OPENSQUILLA_SCRUB_READER_PROCESSES", "2"))
 CELERY_BEAT_SCHEDULE["scrub-checkpoints"] = {
     "task": "receipts_app.tasks.scrub_tick",
     "schedule": OPENSQUILLA_SCRUB_TICK_SECONDS,

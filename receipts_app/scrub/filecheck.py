@@ -17,8 +17,10 @@ import functools
 import hashlib
 import json
 import os
+import queue
 import stat as stat_module
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, NamedTuple
@@ -342,7 +344,18 @@ def serve(root: str, requests: IO[str] | None = None, answers: IO[str] | None = 
     requests = requests if requests is not None else sys.stdin
     answers = answers if answers is not None else sys.stdout
     workspace = Path(root)
-    for line in requests:
+    # Requests are taken off the pipe as they come, while one is being served: the scrub
+    # writes a batch's requests at once, and a full pipe would hold it up until this reader
+    # got round to reading the next line.
+    waiting: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+
+    def take() -> None:
+        for line in requests:
+            waiting.put(line)
+        waiting.put(None)
+
+    threading.Thread(target=take, name="requests", daemon=True).start()
+    while (line := waiting.get()) is not None:
         if line.strip():
             answers.write(json.dumps(_answer(workspace, line), separators=(",", ":")) + "\n")
             answers.flush()

@@ -153,13 +153,17 @@ class _Reader:
         """End a reader that does not answer; its listener fails what it still owes."""
         self._process.kill()
 
-    def stop(self) -> None:
-        """Close its input (it ends once its requests are answered); kill it if it does not."""
+    def end_input(self) -> None:
+        """Close its input: it ends once its requests are answered."""
         try:
             if self._process.stdin is not None:
                 self._process.stdin.close()
         except OSError:
             pass
+
+    def stop(self) -> None:
+        """End it (its input closed first); kill it if it does not end."""
+        self.end_input()
         try:
             self._process.wait(timeout=_STOP_SECONDS)
         except subprocess.TimeoutExpired:
@@ -211,6 +215,8 @@ class ReaderProcesses:
             raise ReaderGone(f"a reader process did not answer within {timeout:g} s") from None
 
     def close(self) -> None:
+        for reader in self._readers:  # all told at once, then each waited for
+            reader.end_input()
         for reader in self._readers:
             reader.stop()
         self._readers = []

@@ -7,7 +7,6 @@ outcome moves a receipt to, and its reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,19 +68,14 @@ REASON_FOR_OUTCOME = {
 }
 
 
-@dataclass(frozen=True)
-class Verification:
-    outcome: str
-    detail: str = ""
-    size: int | None = None
-    mtime_ns: int | None = None
-    bytes_read: int = 0
-    digest: str = ""  # sha256 of the bytes read
-    parsed: bool = False  # the events were parsed and carry the coverage
+class Verification(Found):
+    """What a check found (``filecheck.Found``'s fields), in the ledger's words."""
+
+    __slots__ = ()
 
     @classmethod
     def of(cls, found: Found) -> Verification:
-        return cls(*found)
+        return cls._make(found)
 
     @property
     def whole(self) -> bool:
