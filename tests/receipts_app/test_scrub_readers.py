@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -104,12 +105,15 @@ def _forget() -> None:
     MemoryDurableReceipt.objects.update(status="checkpoint_saved", reason=None)
 
 
-def test_reader_processes_find_exactly_what_this_process_finds(host_b, tmp_path, settings, started):
+def test_reader_processes_find_exactly_what_this_process_finds(
+    host_b, tmp_path, settings, started, caplog
+):
     expected = _damaged_set(host_b, tmp_path)
 
     report = scrub_checkpoints("b", force=True, full=True)
 
     assert started["readers"] == 2
+    assert "reading its files in this process" not in caplog.text  # the readers answered
     assert {rid: found[0] for rid, found in _found().items()} == expected
     # Read: whole, flipped, coverage, linked (the escaped one is refused before a read).
     assert (report.files_read, report.missing, report.damaged) == (4, 1, 4)
@@ -148,6 +152,24 @@ def test_a_reader_process_that_fails_loses_no_file(
     assert {rid: found[0] for rid, found in _found().items()} == expected
     assert (report.missing, report.damaged) == (1, 4)
     assert "reading its files in this process" in caplog.text
+
+
+def test_a_reader_runs_the_checks_alone_without_django_or_the_project():
+    """What a reader imports: ``filecheck`` and the standard library (it starts with ``-S``,
+    no site-packages), so it needs no settings and starts in milliseconds."""
+    probe = readers._BOOT.replace(
+        "filecheck.serve(sys.argv[2])",
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "{'django', 'receipts_app', 'sessions_app', 'operations_app', 'opensquilla_site'}))",
+    )
+    assert probe != readers._BOOT
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", probe, readers._HERE],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.strip() == "[]"
 
 
 def test_a_reader_that_cannot_be_started_loses_no_file(host_b, tmp_path, monkeypatch, caplog):
