@@ -26,8 +26,7 @@ from receipts_app.console.helpers import (
     render_error,
     render_page,
 )
-from receipts_app.counts import receipt_counts
-from receipts_app.health import health_for
+from receipts_app.health import counts_and_verdicts, health_for
 from sessions_app.gateways import gateway_scope
 from sessions_app.keys import normalize_agent_id
 
@@ -39,15 +38,19 @@ from .gateway_link.views import agent_link_views
 @console_view(VIEW_PERM)
 def agent_detail(request: HtmxHttpRequest, agent_id: str) -> HttpResponse:
     agent = normalize_agent_id(agent_id)
-    rows = receipt_counts()
+    # The counts and every agent's one state (its own, the link panel's "here" side), one read.
+    rows, states = counts_and_verdicts()
     # (None, agent): this agent over the gateways in scope (``?gateway=`` narrows it).
-    (health,) = health_for([(None, agent)], rows, now=now_ms(), count_checked=False)
+    (health,) = health_for(
+        [(None, agent)], rows, now=now_ms(), count_checked=False, findings=states.findings
+    )
     context = {
         "agent_id": agent,
         "health": health,
+        "verdicts": states,
         "gateway": gateway_scope(),
         "receipt_total": sum(r.count for r in rows if r.agent_id == agent),
-        "gateway_rows": agent_link_views(agent, rows),
+        "gateway_rows": agent_link_views(agent, rows, states),
         "is_admin": console_role(request.user) == "admin",
         # Viewers see the link's reachability only; its messages name addresses and errors.
         "show_details": can_operate(request.user),

@@ -4,6 +4,10 @@ The same agent name on two gateways is two agents (session keys overlap between 
 construction), so every signal is keyed ``(gateway, agent)``; counts scoped to one gateway
 (``sessions_app.gateways.gateway_scope``) give that gateway's signals only.
 
+Each (gateway, agent)'s one state and what health's hash-mismatch heuristic found come from
+``receipts_app.health.verdicts`` (the match probe, and the flagged agents' windows only), so
+the alerts and ``/metrics`` say "at risk" exactly where the cards do.
+
 Counts come from ``receipts_app.counts.receipt_counts()`` (exact, cheap to read); the two
 "oldest" ages are one statement each of index probes, one per agent or (agent, status) that
 the counts say has rows, so a scrape reads a few index pages whatever the ledger's size (a
@@ -15,16 +19,17 @@ grouped MIN over the at-risk rows took 380 ms at 1M rows in bench/scale.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
 
 from opensquilla_site import timeutil
 from receipts_app.counts import CountRow, receipt_counts
-from receipts_app.health import at_risk_by_gateway_agent
+from receipts_app.health import HashMismatches, Verdicts, at_risk_by_gateway_agent, verdicts
 from receipts_app.ledger.triggers import T
 from receipts_app.statuses import AT_RISK_STATUSES, REPAIR_QUEUE_STATUSES
+from receipts_app.verdict import State
 from sessions_app.gateways import DEFAULT_GATEWAY
 
 # idx_mdr_repair_due's condition as Django writes it (receipts_app/models.py); SQLite uses a
@@ -44,6 +49,19 @@ class AgentSignals:
     oldest_due_repair_age_s: float | None = None
     at_risk: int = 0
     oldest_at_risk_age_s: float | None = None
+    # The one state (health.verdicts) and the heuristic's rows, with the oldest one's age.
+    state: State = State.OK
+    hash_mismatches: HashMismatches = field(default_factory=HashMismatches)
+    oldest_hash_mismatch_age_s: float | None = None
+
+    @property
+    def at_risk_for_s(self) -> float | None:
+        """How long its memory has been at risk: the oldest of its rows at risk by status and
+        of the rows the heuristic found (None while its state is not ``at_risk``)."""
+        ages = [
+            a for a in (self.oldest_at_risk_age_s, self.oldest_hash_mismatch_age_s) if a is not None
+        ]
+        return max(ages) if self.state == State.AT_RISK and ages else None
 
 
 def _probe(parts: list[str], params: list[Any]) -> dict[Key, int]:
@@ -106,11 +124,16 @@ def oldest_at_risk(counts: list[CountRow]) -> dict[Key, int]:
 
 
 def agent_signals(
-    counts: list[CountRow] | None = None, now: int | None = None
+    counts: list[CountRow] | None = None,
+    now: int | None = None,
+    states: Verdicts | None = None,
 ) -> dict[Key, AgentSignals]:
-    """Every (gateway, agent) of the counts with its backlog, memory at risk and their ages."""
+    """Every (gateway, agent) of the counts with its backlog, memory at risk and their ages,
+    its one state and the heuristic's finding (``states``: ``health.verdicts(counts)``, read
+    here when None)."""
     now = timeutil.now_ms() if now is None else now
     counts = receipt_counts() if counts is None else counts
+    states = verdicts(counts) if states is None else states
     agents: dict[Key, AgentSignals] = {}
 
     def entry(key: Key) -> AgentSignals:
@@ -128,4 +151,11 @@ def agent_signals(
         entry(key).oldest_due_repair_age_s = max(0, now - due_since) / 1000
     for key, oldest in oldest_at_risk(counts).items():
         entry(key).oldest_at_risk_age_s = max(0, now - oldest) / 1000
+    for key, state in states.states.items():
+        entry(key).state = state
+    for key, found in states.findings.items():
+        signals = entry(key)
+        signals.hash_mismatches = found
+        if found.oldest_created_at is not None:
+            signals.oldest_hash_mismatch_age_s = max(0, now - found.oldest_created_at) / 1000
     return agents

@@ -20,11 +20,12 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from opensquilla_site import timeutil
-from receipts_app.counts import CountRow, receipt_counts
+from receipts_app.counts import CountRow
+from receipts_app.health import Verdicts, counts_and_verdicts
 from receipts_app.mirror.gap import gap_counts
 from receipts_app.selectors import ReceiptFilter, filter_receipts
 from receipts_app.statuses import KNOWN_SCOPES, KNOWN_STATUSES
-from receipts_app.verdict import SEVERITY, states_by_gateway_agent
+from receipts_app.verdict import SEVERITY
 
 from . import counters, heartbeats
 from .gateway_link.states import LinkState
@@ -53,7 +54,7 @@ def _bounded_receipt_series(counts: list[CountRow]) -> dict[tuple[str, str, str,
     return series
 
 
-def _ledger_metrics(now: int, counts: list[CountRow]) -> Iterator[Metric]:
+def _ledger_metrics(now: int, counts: list[CountRow], states: Verdicts) -> Iterator[Metric]:
     receipts = GaugeMetricFamily(
         "opensquilla_receipts",
         "Receipts in the ledger per agent, scope, status and gateway.",
@@ -65,7 +66,7 @@ def _ledger_metrics(now: int, counts: list[CountRow]) -> Iterator[Metric]:
 
     # Every series with an agent label names its gateway too: the same agent name on two
     # gateways is two series (session keys, and so agent ids, overlap between gateways).
-    signals = agent_signals(counts, now)
+    signals = agent_signals(counts, now, states)
     labels = ["agent", "gateway"]
     backlog = GaugeMetricFamily(
         "opensquilla_repair_backlog",
@@ -88,15 +89,23 @@ def _ledger_metrics(now: int, counts: list[CountRow]) -> Iterator[Metric]:
         "Age of the oldest unresolved failure per agent and gateway.",
         labels=labels,
     )
+    mismatches = GaugeMetricFamily(
+        "opensquilla_memory_hash_mismatches",
+        "Rows health's hash-mismatch heuristic finds in each agent's 1000 newest on each "
+        "gateway (status not an at-risk one, reason naming a hash mismatch; at most 100): "
+        "the agent's state counts them as at risk.",
+        labels=labels,
+    )
     for (gateway, agent), s in sorted(signals.items()):
         values = [agent, gateway]
         backlog.add_metric(values, s.backlog)
         at_risk.add_metric(values, s.at_risk)
+        mismatches.add_metric(values, s.hash_mismatches.count)
         if s.oldest_due_repair_age_s is not None:
             due_age.add_metric(values, s.oldest_due_repair_age_s)
         if s.oldest_at_risk_age_s is not None:
             risk_age.add_metric(values, s.oldest_at_risk_age_s)
-    yield from (backlog, due_age, at_risk, risk_age)
+    yield from (backlog, due_age, at_risk, risk_age, mismatches)
 
     # The one state every page shows for an agent (receipts_app.verdict), as 1 of a fixed set.
     state = GaugeMetricFamily(
@@ -105,7 +114,7 @@ def _ledger_metrics(now: int, counts: list[CountRow]) -> Iterator[Metric]:
         "every console page shows it; else 0.",
         labels=["agent", "gateway", "state"],
     )
-    for (gateway, agent), current in sorted(states_by_gateway_agent(counts).items()):
+    for (gateway, agent), current in sorted(states.states.items()):
         for s_ in SEVERITY:
             state.add_metric([agent, gateway, s_.value], 1.0 if current == s_ else 0.0)
     yield state
@@ -255,8 +264,9 @@ def _gateway_link_metrics(now: int) -> Iterator[Metric]:
 class OpensquillaCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         now = timeutil.now_ms()
-        counts = receipt_counts()
-        yield from _ledger_metrics(now, counts)
+        # The counts and each agent's one state (health's heuristic included), one read.
+        counts, states = counts_and_verdicts()
+        yield from _ledger_metrics(now, counts, states)
         yield from _counter_metrics()
         yield from _task_metrics()
         yield from _liveness_metrics({row.gateway_id for row in counts})

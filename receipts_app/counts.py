@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import DatabaseError, connection, transaction
 
@@ -41,25 +42,40 @@ class CountRow:
     gateway_id: str = DEFAULT_GATEWAY
 
 
-def _read() -> tuple[list[CountRow], int]:
+def _read(
+    also: tuple[str, list[Any]] | None = None,
+) -> tuple[list[CountRow], int, list[tuple[str, str]]]:
+    counts = f"SELECT 'c', {_KEY}, SUM(n), COUNT(*) FROM {COUNTS} GROUP BY {_KEY}"  # noqa: S608
+    params: list[Any] = []
+    if also is not None:
+        sql, params = also
+        counts += f" UNION ALL SELECT 'x', a.*, NULL, NULL, 0, 0 FROM ({sql}) AS a"  # noqa: S608
     with connection.cursor() as cur:
-        cur.execute(
-            f"SELECT {_KEY}, SUM(n), COUNT(*) FROM {COUNTS} "  # noqa: S608
-            f"GROUP BY {_KEY} ORDER BY agent_id, scope, status, gateway_id"
-        )
+        # By position: agent_id, scope, status, gateway_id (the extra rows sort anywhere).
+        cur.execute(f"{counts} ORDER BY 3, 4, 5, 2", params)
         rows = cur.fetchall()
-    counted = [CountRow(a, sc, st, int(n), g) for g, a, sc, st, n, _ in rows if n]
-    return counted, sum(int(r[5]) for r in rows)
+    counted = [CountRow(a, sc, st, int(n), g) for k, g, a, sc, st, n, _ in rows if k == "c" and n]
+    extra = [(str(g), str(a)) for k, g, a, *_rest in rows if k == "x"]
+    return counted, sum(int(r[6]) for r in rows), extra
 
 
 def receipt_counts() -> list[CountRow]:
     """Every (gateway, agent, scope, status) with its exact number of receipts (zero rows
     left out): every gateway's, or the one an edge chose (``sessions_app.gateways``)."""
-    rows, stored = _read()
+    return receipt_counts_and(None)[0]
+
+
+def receipt_counts_and(
+    also: tuple[str, list[Any]] | None,
+) -> tuple[list[CountRow], list[tuple[str, str]]]:
+    """:func:`receipt_counts`, and the rows of one more read of two columns (``also``: its SQL
+    and parameters) in the same statement, for a reader that keeps a query budget: the fleet,
+    ``/metrics`` and the alerts read health's hash-mismatch probe so."""
+    rows, stored, extra = _read(also)
     if stored > FOLD_AT:
         fold_counts()
     scope = gateway_scope()
-    return rows if scope is None else [r for r in rows if r.gateway_id == scope]
+    return (rows if scope is None else [r for r in rows if r.gateway_id == scope]), extra
 
 
 def fold_counts() -> int:

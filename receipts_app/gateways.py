@@ -1,15 +1,20 @@
 """The fleet: every gateway with what an operator asks of it first (``GET /api/v1/gateways``).
 
 For each gateway: its name, where it is followed from and what it last ran, its mirror
-sources' state, its one state (the worst of its agents', ``receipts_app.verdict``), and the
-at-risk counts (memory at risk as the overview card, /metrics and
-alerts count it, memory safety errors, the repair backlog, repairs given up), each with the
-``ReceiptFilter`` params that list exactly the rows it counts, and its mirror in one line (the
+sources' state, its one state (the worst of its agents', as ``receipts_app.health.verdicts``
+gives it to every surface), and the at-risk counts (memory at risk as the overview card,
+/metrics and alerts count it, memory safety errors, the repair backlog, repairs given up), each
+with the ``ReceiptFilter`` params that list exactly the rows it counts, what health's
+hash-mismatch heuristic found in its agents' windows (the rows an agent card links, by id: a
+gateway at risk by the heuristic alone shows them, not a bare "0 at risk"), and its mirror in
+one line (the
 worst state of its followed sources and their largest lag). The counts come from the counts
 table (one read for every gateway) and the mirror's state from its one reader, so the cost
 grows neither with the ledger nor with the fleet: four queries, or two when the caller has
 read the counts and the mirror already, plus one for how much of each gateway's saved memory the
-checkpoint scrub verified within its full cycle (``checkpoints``). Each gateway also says who
+checkpoint scrub verified within its full cycle (``checkpoints``). The heuristic's match probe
+is read in the counts' statement (``health.counts_and_verdicts``); one more statement reads the
+flagged agents' windows, only when it flags any. Each gateway also says who
 repairs its rows (``repairs``: ``gateway`` or ``console``, ``receipts_app.handover``) and, once
 its ledger was retired by its upgrade to 0.5.5+, when that was seen and how many receipts it
 retired. The console's fleet view (the overview) and
@@ -23,8 +28,9 @@ from typing import Any
 
 from sessions_app.gateways import Gateway, gateway_scope
 
-from .counts import CountRow, per_status, receipt_counts
+from .counts import CountRow, per_status
 from .handover import REPAIRS_LABELS, repairs_of, retired_counts
+from .health import counts_and_verdicts, verdicts
 from .mirror.state import FAILING, HEALTHY_STATUSES, IMPORTING, OK, STOPPED, WARNING, mirror_states
 from .scrub.summary import VerifiedSummary, verified_summary
 from .selectors import ReceiptFilter, verified_window_ms
@@ -34,7 +40,7 @@ from .statuses import (
     REPAIR_QUEUE_STATUSES,
     TERMINAL_REPAIR_STATUSES,
 )
-from .verdict import LABELS, states_by_gateway_agent, worst
+from .verdict import LABELS
 
 AT_RISK = {
     # health.at_risk_by_gateway_agent counts the same statuses: one meaning of "at risk".
@@ -77,7 +83,8 @@ def fleet(
     read already, in the same gateway scope; read here when None."""
     scope = gateway_scope()
     gateways = Gateway.objects.all() if scope is None else Gateway.objects.filter(name=scope)
-    rows = receipt_counts() if rows is None else rows
+    # The counts and every agent's one state (the heuristic's probe read with the counts).
+    rows, judged = counts_and_verdicts() if rows is None else (rows, verdicts(rows))
     states = mirror_states() if states is None else states
     out = []
     # Split once, so the work grows with the rows, not with rows times gateways.
@@ -100,8 +107,9 @@ def fleet(
             listed = ReceiptFilter(gateway=gateway.name, statuses=statuses)
             at_risk[name] = {"count": count, "filter": listed.to_params()}
         followed = states_of.get(gateway.name, [])
-        # The gateway's one state: the worst of its agents' (receipts_app.verdict).
-        own = worst(states_by_gateway_agent(mine).values())
+        # The gateway's one state: the worst of its agents' (health.verdicts).
+        own = judged.state(gateway.name, None)
+        found = judged.found(gateway.name, None)
         out.append(
             {
                 "name": gateway.name,
@@ -112,6 +120,8 @@ def fleet(
                 "last_seen_at": gateway.last_seen_at,
                 "receipts": sum(r.count for r in mine),
                 "at_risk": at_risk,
+                # The heuristic's rows (by id, newest first): what its agents' cards link.
+                "hash_mismatches": {"count": found.count, "filter": found.filter},
                 "state": own.value,
                 "state_label": LABELS[own],
                 "mirror": followed,

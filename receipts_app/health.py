@@ -10,7 +10,8 @@ the link a page builds from its filter cannot disagree.
   it). Unlike upstream, such a row does not age out of a 1000-row window: it stays at risk
   until it is recovered, superseded or acknowledged. Upstream's text heuristic (a hash
   mismatch named in a row's status or reason) is kept over the 1000 most recent rows, as
-  upstream bounds it; rows an operator resolved never count (docs/STATUSES.md).
+  upstream bounds it; rows an operator resolved, and rows retired by their gateway's upgrade,
+  never count (``statuses.CLOSED_STATUSES``, docs/STATUSES.md).
 - ``semanticMemory``: the repair backlog (``REPAIR_QUEUE_STATUSES``, due or not); the status
   rule is upstream's.
 - ``atRisk``: memory at risk, the product's one definition (``statuses.AT_RISK_STATUSES``:
@@ -19,6 +20,11 @@ the link a page builds from its filter cannot disagree.
   (:func:`at_risk_by_gateway_agent`).
 - ``terminalRepairs``: repairs whose automatic budget is spent (``repair_failed``,
   ``repair_abandoned``). Upstream's health counts them nowhere; they wait for an operator.
+
+The one state of each (gateway, agent) (``receipts_app.verdict``) that every surface shows
+is :func:`verdicts`: the counts with the heuristic's findings (:func:`hash_mismatches`), so a
+row the heuristic finds makes the card, the fleet, ``/metrics`` and the alert say "at risk"
+together.
 
 Counts are exact and come from the counts table (``receipts_app.counts``); the rest (the
 oldest queued row, the at-risk samples, the hash-mismatch window) is one statement for every
@@ -36,7 +42,7 @@ or the one an edge chose (``sessions_app.gateways.gateway_scope``, the API's and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,17 +52,18 @@ from opensquilla_site import timeutil
 from sessions_app.gateways import gateway_scope
 from sessions_app.keys import agent_prefix, normalize_agent_id
 
-from .counts import CountRow, receipt_counts
+from .counts import CountRow, receipt_counts, receipt_counts_and
 from .ledger.triggers import T
 from .selectors import ReceiptFilter
 from .statuses import (
     AT_RISK_STATUSES,
     CHECKPOINT_MISSING,
+    CLOSED_STATUSES,
     MEMORY_SAFETY_ERROR_STATUSES,
     REPAIR_QUEUE_STATUSES,
-    RESOLVED_STATUSES,
     TERMINAL_REPAIR_STATUSES,
 )
+from .verdict import State, states_by_gateway_agent, worst
 
 SAMPLE_LIMIT = 1000
 SAMPLE_IDS = 5
@@ -71,20 +78,22 @@ def _in(statuses: Sequence[str]) -> str:
 
 
 def hash_mismatch_predicate(percent: str = "%%") -> str:
-    """Upstream's text heuristic in SQL: a hash mismatch named in the status or reason, resolved
-    rows and the error statuses (counted on their own) excluded.
+    """Upstream's text heuristic in SQL: a hash mismatch named in the status or reason, closed
+    rows (resolved, or retired by the gateway's upgrade: ``CLOSED_STATUSES``) and the error
+    statuses (counted on their own) excluded.
 
-    It is also the WHERE of the partial index ``idx_mdr_hash_mismatch`` (migration 0012, which
-    froze this text with ``percent="%"``): both planners use a partial index only when the
-    query repeats its condition term for term, so a change here needs a migration that
-    re-creates the index (``test_health`` checks the two still agree).
+    It is also the WHERE of the partial index ``idx_mdr_hash_mismatch`` (migration 0023, which
+    froze this text with ``percent="%"``; 0012 froze the one before ``retired_upstream``):
+    both planners use a partial index only when the query repeats its condition term for term,
+    so a change here needs a migration that re-creates the index (``test_health`` checks the
+    two still agree).
     """
     text = "LOWER(status || ' ' || COALESCE(reason, ''))"
     # ``checkpoint_missing`` (the scrub's, after 0012) stays out of the frozen list: its reason
     # never names a hash mismatch, so the heuristic finds none of its rows either way.
     excluded = tuple(s for s in MEMORY_SAFETY_ERROR_STATUSES if s != CHECKPOINT_MISSING)
     return (
-        f"status NOT IN {_in(RESOLVED_STATUSES + excluded)} AND "
+        f"status NOT IN {_in(CLOSED_STATUSES + excluded)} AND "
         f"({text} LIKE '{percent}hash!_mismatch{percent}' ESCAPE '!' "
         f"OR {text} LIKE '{percent}hash mismatch{percent}')"
     )
@@ -201,7 +210,11 @@ def _prefix_params(agent: str | None) -> list[Any]:
 
 
 def _read_samples(
-    keys: Sequence[HealthKey], rows: Sequence[CountRow], *, count_checked: bool
+    keys: Sequence[HealthKey],
+    rows: Sequence[CountRow],
+    *,
+    count_checked: bool,
+    findings: Mapping[Key, HashMismatches] | None = None,
 ) -> list[_Sample]:
     """For every (gateway, agent) (None: every gateway in scope, every agent):
     - the hash-mismatch window: of the agent's ``SAMPLE_LIMIT`` newest rows under its literal
@@ -214,11 +227,19 @@ def _read_samples(
     the windows, and a second statement reads the windows of the keys it flags, if any.
     Gating each window inside the one statement made it one EXISTS per key, and PostgreSQL
     spent 0.1 s planning 40 of them (10 gateways × 4 agents) for a statement that ran in 16 ms.
+
+    ``findings`` (without the count): what :func:`hash_mismatches` read already; a key's
+    matches are then its (gateway, agent) windows' matches, and no window is read again.
     """
     samples = [_Sample() for _ in keys]
     if not keys:
         return samples
     every = range(len(keys))
+    if findings is not None and not count_checked:
+        _read(keys, rows, samples, windows=(), first=True, checked=False, probe=False)
+        for key, sample in zip(keys, samples, strict=True):
+            sample.mismatched = list(HashMismatches.merged(findings, *key).found)
+        return samples
     flagged = _read(
         keys,
         rows,
@@ -241,9 +262,11 @@ def _read(
     windows: Sequence[int],
     first: bool,
     checked: bool,
+    probe: bool = True,
 ) -> set[tuple[str, str]]:
     """One statement: the windows of ``windows`` (and their counts when ``checked``); when
-    ``first``, every key's at-risk and queue probes, and (no count asked) the match probe.
+    ``first``, every key's at-risk and queue probes, and (no count asked, ``probe``) the match
+    probe.
     Fills ``samples``; returns the (gateway, agent) pairs the match probe flagged."""
     ctes: list[str] = []
     cte_params: list[Any] = []  # the WITH clause comes first in the statement
@@ -266,11 +289,11 @@ def _read(
             )
             params += [index, *_prefix_params(agent)]
     if first:
-        if not checked:
-            probe, probe_params = match_probe()
+        if not checked and probe:
+            probe_sql, probe_params = match_probe()
             # kind "g:<gateway>", the agent where the receipt id goes.
             parts.append(
-                f"SELECT 'g:' || gateway_id, NULL, agent_id, NULL, NULL FROM ({probe}) AS g"
+                f"SELECT 'g:' || gateway_id, NULL, agent_id, NULL, NULL FROM ({probe_sql}) AS g"
             )
             params += probe_params
         for index, key in enumerate(keys):
@@ -345,25 +368,140 @@ def _matches_any(key: HealthKey, flagged: set[tuple[str, str]]) -> bool:
     )
 
 
+# One agent on one gateway: the unit of every verdict (``receipts_app.verdict``).
+Key = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class HashMismatches:
+    """What the text heuristic found: the matching rows of the windows read, as
+    ``(created_at, id, receipt_id)``, newest first. A card, a fleet row and the agent page
+    name the newest ``HASH_MISMATCH_ID_LIMIT`` of them by id (their ``filter``) and count
+    exactly those, so a count and its link cannot disagree."""
+
+    found: tuple[tuple[int, int, str], ...] = ()
+
+    @classmethod
+    def of(cls, found: Iterable[tuple[int, int, str]]) -> HashMismatches:
+        return cls(tuple(sorted(found, reverse=True)))
+
+    @classmethod
+    def merged(
+        cls, findings: Mapping[Key, HashMismatches], gateway: str | None, agent: str | None
+    ) -> HashMismatches:
+        """The findings of every (gateway, agent) the key covers (None: every gateway in
+        scope, every agent), as one."""
+        gateway = _gateway(gateway)
+        return cls.of(
+            row
+            for (g, a), finding in findings.items()
+            if (gateway is None or g == gateway) and (agent is None or a == agent)
+            for row in finding.found
+        )
+
+    @property
+    def receipt_ids(self) -> tuple[str, ...]:
+        return tuple(rid for *_order, rid in self.found[:HASH_MISMATCH_ID_LIMIT])
+
+    @property
+    def count(self) -> int:
+        return len(self.receipt_ids)
+
+    @property
+    def oldest_created_at(self) -> int | None:
+        return min((created for created, *_rest in self.found), default=None)
+
+    @property
+    def filter(self) -> dict[str, Any] | None:
+        """Exactly the rows counted, by id: no filter parameter expresses the text heuristic."""
+        ids = self.receipt_ids
+        return ReceiptFilter(receipt_ids=ids).to_params() if ids else None
+
+
+def hash_mismatches(flagged: Iterable[tuple[str, str]] | None = None) -> dict[Key, HashMismatches]:
+    """The heuristic's findings for every (gateway, agent) in the gateway scope with any: the
+    match probe (one read of the partial index, which holds only matching rows; ``flagged``:
+    its rows, read already), then, only when it flags some, one statement reading the flagged
+    keys' windows: the window an agent's card reads (``_window_sql``), so a key has a finding
+    here iff its card shows a hash mismatch. Rows without an agent id have no card and are
+    left out, as :func:`health_by_agent` leaves them out."""
+    if flagged is None:
+        sql, params = match_probe()
+        with connection.cursor() as cur:
+            cur.execute(sql, params)
+            flagged = [(str(g), str(a)) for g, a in cur.fetchall()]
+    keys: list[HealthKey] = sorted({(g, a) for g, a in flagged if a})
+    if not keys:
+        return {}
+    samples = [_Sample() for _ in keys]
+    _read(keys, (), samples, windows=range(len(keys)), first=False, checked=False)
+    return {
+        (str(key[0]), str(key[1])): HashMismatches.of(sample.mismatched)
+        for key, sample in zip(keys, samples, strict=True)
+        if sample.mismatched
+    }
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """The one state of every (gateway, agent) (``receipts_app.verdict``), and the heuristic's
+    findings behind it."""
+
+    states: dict[Key, State]
+    findings: dict[Key, HashMismatches]
+
+    def state(self, gateway: str | None, agent: str | None) -> State:
+        """The worst state of the keys ``(gateway, agent)`` covers (None: every gateway in
+        scope, every agent): a fleet row is its gateway's, the agent page its agent's."""
+        gateway = _gateway(gateway)
+        return worst(
+            s
+            for (g, a), s in self.states.items()
+            if (gateway is None or g == gateway) and (agent is None or a == agent)
+        )
+
+    def found(self, gateway: str | None, agent: str | None) -> HashMismatches:
+        return HashMismatches.merged(self.findings, gateway, agent)
+
+
+def verdicts(
+    rows: Sequence[CountRow] | None = None,
+    findings: Mapping[Key, HashMismatches] | None = None,
+) -> Verdicts:
+    """THE state of every (gateway, agent) in scope: at risk by status (the counts) or by the
+    heuristic (:func:`hash_mismatches`, read here unless the caller read it: ``findings``),
+    repairs queued, or ok. The cards, the agent page, the fleet, the link panel, ``/metrics``
+    and the alerts all read their state here, so none can say "ok" where another says "at
+    risk". Costs the match probe, and one more statement only when it flags anything."""
+    rows = receipt_counts() if rows is None else rows
+    found = dict(hash_mismatches() if findings is None else findings)
+    counted = {key: f.count for key, f in found.items()}
+    return Verdicts(states_by_gateway_agent(rows, counted), found)
+
+
+def counts_and_verdicts() -> tuple[list[CountRow], Verdicts]:
+    """``receipt_counts()`` and :func:`verdicts` of them, the match probe read in the counts'
+    statement: one query for both (two when the probe flags anything), for the readers that
+    keep a query budget (the fleet, ``/metrics``, the alerts)."""
+    rows, flagged = receipt_counts_and(match_probe())
+    return rows, verdicts(rows, hash_mismatches(flagged))
+
+
 def _memory_safety(key: HealthKey, rows: Sequence[CountRow], sample: _Sample) -> dict:
     at_risk = _filter(key, MEMORY_SAFETY_ERROR_STATUSES)
     by_status = _by_status(rows, key, MEMORY_SAFETY_ERROR_STATUSES)
     count = sum(by_status.values())
     samples = [rid for *_order, rid in sorted(sample.at_risk)][:SAMPLE_IDS] if count else []
-    newest_first = sorted(sample.mismatched, reverse=True)
-    mismatched = [rid for *_order, rid in newest_first][:HASH_MISMATCH_ID_LIMIT]
+    found = HashMismatches.of(sample.mismatched)
     return {
-        "status": "error" if count or mismatched else "ok",
+        "status": "error" if count or found.count else "ok",
         "errorCount": count,
         "errorStatuses": by_status,
-        "sampleReceiptIds": (samples + mismatched)[:SAMPLE_IDS],
+        "sampleReceiptIds": (samples + list(found.receipt_ids))[:SAMPLE_IDS],
         "rowsChecked": sample.checked,  # None when the caller did not ask
         "filter": at_risk.to_params(),
-        # Exactly the rows named, by id: no filter parameter expresses the text heuristic.
-        "hashMismatchCount": len(mismatched),
-        "hashMismatchFilter": ReceiptFilter(receipt_ids=tuple(mismatched)).to_params()
-        if mismatched
-        else None,
+        "hashMismatchCount": found.count,
+        "hashMismatchFilter": found.filter,
     }
 
 
@@ -415,15 +553,24 @@ def health_for(
     *,
     now: int,
     count_checked: bool = True,
+    findings: Mapping[Key, HashMismatches] | None = None,
 ) -> list[dict[str, Any]]:
     """Health of each (gateway, agent) (None: every gateway in scope, every agent): the counts
     (skipped when ``rows`` is given) and one statement, whatever the number of keys.
 
     ``count_checked=False`` leaves ``rowsChecked`` None and, in exchange, reads an agent's
     window only when it has a heuristic match at all: the same findings for a page that does
-    not show the count."""
+    not show the count. With ``findings`` (``Verdicts.findings``, for a page that shows the
+    verdict too) it reads no window: a key's matches are those of its (gateway, agent)
+    windows, the ones its state counted."""
     rows = receipt_counts() if rows is None else rows
-    samples = _read_samples(keys, rows, count_checked=count_checked)
+    samples = _read_samples(keys, rows, count_checked=count_checked, findings=findings)
+    return _entries(keys, rows, samples, now)
+
+
+def _entries(
+    keys: Sequence[HealthKey], rows: Sequence[CountRow], samples: Sequence[_Sample], now: int
+) -> list[dict[str, Any]]:
     return [
         {
             "agentId": key[1],
@@ -451,12 +598,35 @@ def health_by_agent(
     *,
     now_ms: int | None = None,
     count_checked: bool = True,
+    findings: Mapping[Key, HashMismatches] | None = None,
 ) -> list[dict[str, Any]]:
     """Health for every (gateway, agent) that has rows in the ledger (in the gateway scope),
     sorted by agent id, then gateway."""
     now = now_ms if now_ms is not None else timeutil.now_ms()
     rows = receipt_counts() if rows is None else rows
-    keys: list[HealthKey] = [
-        (g, a) for a, g in sorted({(r.agent_id, r.gateway_id) for r in rows if r.agent_id})
-    ]
-    return health_for(keys, rows, now=now, count_checked=count_checked)
+    return health_for(
+        _agent_keys(rows), rows, now=now, count_checked=count_checked, findings=findings
+    )
+
+
+def _agent_keys(rows: Sequence[CountRow]) -> list[HealthKey]:
+    return [(g, a) for a, g in sorted({(r.agent_id, r.gateway_id) for r in rows if r.agent_id})]
+
+
+def cards(
+    rows: Sequence[CountRow], *, now_ms: int | None = None
+) -> tuple[list[dict[str, Any]], Verdicts]:
+    """The overview's agent cards: :func:`health_by_agent` without the count of rows checked,
+    and :func:`verdicts`, in health's statements alone (the overview keeps its query budget).
+    The cards' keys are exactly the ones :func:`hash_mismatches` reads (every (gateway, agent)
+    with an agent id, its window read when the match probe flags it), so what the cards'
+    windows found is those findings, and the verdicts are built from them."""
+    now = now_ms if now_ms is not None else timeutil.now_ms()
+    keys = _agent_keys(rows)
+    samples = _read_samples(keys, rows, count_checked=False)
+    findings = {
+        (str(key[0]), str(key[1])): HashMismatches.of(sample.mismatched)
+        for key, sample in zip(keys, samples, strict=True)
+        if sample.mismatched
+    }
+    return _entries(keys, rows, samples, now), verdicts(rows, findings)

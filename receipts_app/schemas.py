@@ -451,6 +451,12 @@ class AtRiskCountOut(Schema):
     filter: dict[str, Any]
 
 
+class HashMismatchesOut(Schema):
+    count: int
+    # ReceiptFilter params listing exactly the rows counted, by receipt_id; None when none.
+    filter: dict[str, Any] | None
+
+
 class GatewayAtRiskOut(Schema):
     # Memory at risk: the product's one definition (statuses.AT_RISK_STATUSES).
     memory_at_risk: AtRiskCountOut
@@ -496,6 +502,10 @@ class GatewayOut(Schema):
     last_seen_at: int | None
     receipts: int
     at_risk: GatewayAtRiskOut
+    hash_mismatches: HashMismatchesOut = Field(
+        description="rows health's hash-mismatch heuristic found in the gateway's agents' "
+        "windows (their status is not an at-risk one; the state counts them as at risk)"
+    )
     # The one state every surface shows (receipts_app.verdict): at_risk, repairing or ok.
     state: str
     state_label: str

@@ -100,6 +100,10 @@ SUCCESS_STATUSES: tuple[str, ...] = (
 )
 # Statuses that close a failure without replaying it; health never counts them as errors.
 RESOLVED_STATUSES: tuple[str, ...] = (CHECKPOINT_RECOVERED, CHECKPOINT_SUPERSEDED, ACKNOWLEDGED)
+# Rows no memory waits on any more: resolved, or retired by their gateway's upgrade to 0.5.5+
+# (they left its backlog and its at-risk counts). Health's hash-mismatch heuristic never counts
+# them, whatever their reason says.
+CLOSED_STATUSES: tuple[str, ...] = (*RESOLVED_STATUSES, RETIRED_UPSTREAM)
 # Memory AT RISK, the one definition: failures no worker will retry by itself (waiting for an
 # operator), and requeued checkpoints until the worker recovers them. The overview's cards,
 # the failure groups, time at risk, health's ``atRisk``, ``/metrics`` and the at-risk alert

@@ -4,11 +4,13 @@ The overview's agent cards, the fleet rows, the agent page, the gateway-link pan
 ``/metrics`` and the alerts all say the state of an agent's memory through this module, so
 no page can say "ok" beside a count at risk. The states come from the named status groups
 (``statuses.AT_RISK_STATUSES``, ``statuses.REPAIR_QUEUE_STATUSES``), never from a list of
-its own: a status added to a group changes every surface at once.
+its own: a status added to a group changes every surface at once. Every surface reads them
+through ``receipts_app.health.verdicts``, which also feeds in what health's hash-mismatch
+heuristic found (this module reads no rows), so no surface can leave the heuristic out.
 
 - ``at_risk``: receipts at risk (``AT_RISK_STATUSES``: failures waiting for an operator, a
   repair given up included, and requeued checkpoints until recovered), or a hash mismatch
-  health's text heuristic found;
+  health's text heuristic found in the agent's window (``health.hash_mismatches``);
 - ``repairing``: nothing at risk, but repairs queued (``REPAIR_QUEUE_STATUSES``): the worker
   will take them by itself;
 - ``ok``: neither.
@@ -22,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
 from .statuses import AT_RISK_STATUSES, REPAIR_QUEUE_STATUSES
 
@@ -77,16 +79,6 @@ def state_of(at_risk: int, repair_backlog: int, *, hash_mismatches: int = 0) -> 
     return State.OK
 
 
-def health_state(health: Mapping[str, Any]) -> State:
-    """The state of a ``receipts_app.health`` entry (an agent, on one gateway or summed)."""
-    safety = health.get("memorySafety") or {}
-    return state_of(
-        int((health.get("atRisk") or {}).get("count") or 0),
-        int((health.get("semanticMemory") or {}).get("repairBacklogCount") or 0),
-        hash_mismatches=int(safety.get("hashMismatchCount") or 0),
-    )
-
-
 class _CountRow(Protocol):
     # ``receipts_app.counts.CountRow``'s fields (read-only here).
     @property
@@ -99,11 +91,17 @@ class _CountRow(Protocol):
     def count(self) -> int: ...
 
 
-def states_by_gateway_agent(rows: Iterable[_CountRow]) -> dict[tuple[str, str], State]:
+def states_by_gateway_agent(
+    rows: Iterable[_CountRow], hash_mismatches: Mapping[tuple[str, str], int]
+) -> dict[tuple[str, str], State]:
     """The state of every (gateway, agent) with rows, from the counts table's rows
-    (``receipts_app.counts``): what ``/metrics``, the fleet and the alerts read."""
+    (``receipts_app.counts``) and the heuristic's count per (gateway, agent) (required, so no
+    caller forgets it; ``receipts_app.health.verdicts`` reads both for every surface)."""
     at_risk: dict[tuple[str, str], int] = {}
     backlog: dict[tuple[str, str], int] = {}
+    for key in hash_mismatches:
+        at_risk.setdefault(key, 0)
+        backlog.setdefault(key, 0)
     for row in rows:
         key = (row.gateway_id, row.agent_id)
         at_risk.setdefault(key, 0)
@@ -112,7 +110,10 @@ def states_by_gateway_agent(rows: Iterable[_CountRow]) -> dict[tuple[str, str], 
             at_risk[key] += row.count
         if row.status in REPAIR_QUEUE_STATUSES:
             backlog[key] += row.count
-    return {key: state_of(at_risk[key], backlog[key]) for key in at_risk}
+    return {
+        key: state_of(at_risk[key], backlog[key], hash_mismatches=hash_mismatches.get(key, 0))
+        for key in at_risk
+    }
 
 
 def worst(states: Iterable[State]) -> State:

@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from opensquilla_site import timeutil
-from receipts_app.counts import CountRow, receipt_counts
+from receipts_app.counts import CountRow
+from receipts_app.health import counts_and_verdicts
 from receipts_app.mirror.gap import gap_counts
 from receipts_app.selectors import ReceiptFilter, filter_receipts
 from receipts_app.statuses import FAILURE_STATUSES, SCRUB_VERDICT_STATUSES
@@ -47,11 +48,12 @@ class Snapshot:
     @classmethod
     def read(cls, now: int | None = None) -> Snapshot:
         now = timeutil.now_ms() if now is None else now
-        counts = receipt_counts()
+        # The counts and each agent's one state (health.verdicts), in one read.
+        counts, states = counts_and_verdicts()
         return cls(
             now=now,
             counts=counts,
-            agents=agent_signals(counts, now),
+            agents=agent_signals(counts, now, states),
             beats=heartbeats(now),
             mirrors=mirror_views(),
         )
@@ -128,6 +130,26 @@ def _unsafe_checkpoints(rule: AlertRule, snap: Snapshot) -> dict[str, Firing]:
     return out
 
 
+def _at_risk_age(rule: AlertRule, snap: Snapshot) -> dict[str, Firing]:
+    """Subject ``gateway/agent``: its state (``health.verdicts``, as every page shows it) is at
+    risk, by status or by health's hash-mismatch heuristic, for longer than the threshold."""
+    out: dict[str, Firing] = {}
+    for s in _agents(rule, snap):
+        age = s.at_risk_for_s
+        if age is None or age <= rule.threshold:
+            continue
+        found = s.hash_mismatches.count
+        heuristic = f", {found} hash mismatch{'es' if found != 1 else ''}" if found else ""
+        out[subject_of(s.gateway, s.agent)] = Firing(
+            age,
+            # The verdict's words (receipts_app.verdict), as every page says them.
+            f"memory of {_who(s)}: {LABELS[State.AT_RISK]} for "
+            f"{age:.0f} s ({s.at_risk} {LABELS[State.AT_RISK]}{heuristic})",
+            s.gateway,
+        )
+    return out
+
+
 def _silence(kind: str, rule: AlertRule, snap: Snapshot) -> dict[str, Firing]:
     seen = latest_seen(kind, snap.beats)
     label = "worker" if kind == "worker" else "beat"
@@ -163,17 +185,7 @@ def firing_subjects(rule: AlertRule, snap: Snapshot) -> dict[str, Firing]:
             if s.oldest_due_repair_age_s is not None and s.oldest_due_repair_age_s > rule.threshold
         }
     if c == AlertRule.AT_RISK_AGE:
-        return {
-            subject_of(s.gateway, s.agent): Firing(
-                s.oldest_at_risk_age_s,
-                # The verdict's words (receipts_app.verdict), as every page says them.
-                f"memory of {_who(s)}: {LABELS[State.AT_RISK]} for "
-                f"{s.oldest_at_risk_age_s:.0f} s ({s.at_risk} {LABELS[State.AT_RISK]})",
-                s.gateway,
-            )
-            for s in _agents(rule, snap)
-            if s.oldest_at_risk_age_s is not None and s.oldest_at_risk_age_s > rule.threshold
-        }
+        return _at_risk_age(rule, snap)
     if c == AlertRule.MIRROR_LAG:
         return {
             subject_of(m.gateway, m.source): Firing(

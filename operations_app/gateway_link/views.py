@@ -7,7 +7,8 @@ One row per (linked gateway, agent), with two facts kept apart:
   unreachable, refused by settings, ...); viewers see only that word, operators and admins
   also the connection's own message;
 - the **verdicts**: what the gateway itself last said about the agent's memory and what this
-  console counts for it, both in the one set of words (``receipts_app.verdict``), and the gap
+  console says of it (``receipts_app.health.verdicts``, the state every surface shows, the
+  hash-mismatch heuristic included), both in the one set of words (``receipts_app.verdict``), and the gap
   (``receipts_app.mirror.gap``) with the receipts-list filter behind each number.
 
 The two sides are "in step" only when this reading answered and both say the same state
@@ -20,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opensquilla_site.timeutil import duration_text, now_ms
-from receipts_app.counts import CountRow, receipt_counts
+from receipts_app import health
+from receipts_app.counts import CountRow
 from receipts_app.mirror.gap import gap_counts
 from receipts_app.selectors import ReceiptFilter, filter_receipts
 from receipts_app.statuses import (
@@ -31,7 +33,7 @@ from receipts_app.statuses import (
     REPAIR_DONE,
     REPAIR_QUEUE_STATUSES,
 )
-from receipts_app.verdict import LABELS, State, Verdict, state_of
+from receipts_app.verdict import LABELS, State, Verdict
 from sessions_app.gateways import gateway_scope
 
 from ..models import GatewayLink, GatewayMemoryVerdict
@@ -79,6 +81,9 @@ class AgentLinkView:
     at_risk_filter: dict[str, Any]
     gap: GapView
     now: int
+    # This console's state of the agent (``health.verdicts``) and the heuristic's finding.
+    here_state: State
+    hash_mismatches: health.HashMismatches = field(default_factory=health.HashMismatches)
 
     @property
     def reachability(self) -> str:
@@ -87,7 +92,7 @@ class AgentLinkView:
 
     @property
     def here(self) -> Verdict:
-        return Verdict(state_of(self.at_risk_here, self.backlog_here))
+        return Verdict(self.here_state)
 
     @property
     def theirs(self) -> Verdict:
@@ -169,6 +174,7 @@ class AgentLinkView:
         for status, n in sorted(self.gap.by_status.items(), key=lambda kv: (-kv[1], kv[0])):
             parts.append(f"{n} {_HERE_WORDS.get(status, f'now {status}')}")
         parts.append(f"{self.at_risk_here} {LABELS[State.AT_RISK]}")
+        # The heuristic's rows are a link of their own in the panel (``hash_mismatches``).
         return "here: " + ", ".join(parts)
 
 
@@ -178,11 +184,14 @@ def _plural(n: int, noun: str, suffix: str = "") -> str:
 
 
 def agent_link_views(
-    agent_id: str | None = None, counts: list[CountRow] | None = None
+    agent_id: str | None = None,
+    counts: list[CountRow] | None = None,
+    states: health.Verdicts | None = None,
 ) -> list[AgentLinkView]:
     """Every linked gateway's stored verdict per agent (one agent's with ``agent_id``), in the
     gateway an edge chose or all of them: the verdicts with their links (one query), then,
-    when there are any, our counts (unless the caller read them: ``counts``) and the gap."""
+    when there are any, our counts and states (unless the caller read them: ``counts``,
+    ``states``) and the gap."""
     scope = gateway_scope()
     # The link and its gateway (what version it runs, whether its ledger is retired): one query.
     verdicts = GatewayMemoryVerdict.objects.select_related("gateway__gateway")
@@ -193,7 +202,10 @@ def agent_link_views(
     rows = list(verdicts.order_by("gateway_id", "agent_id"))
     if not rows:
         return []
-    counts = receipt_counts() if counts is None else counts
+    if counts is None:
+        counts, states = health.counts_and_verdicts()
+    elif states is None:
+        states = health.verdicts(counts)
     gap_base = ReceiptFilter(gap="any", gateway=scope, agent=agent_id)
     gaps = gap_counts(filter_receipts(gap_base))
     now = now_ms()
@@ -222,6 +234,8 @@ def agent_link_views(
                     here_filter={**base.to_params(), "gap": "here"},
                 ),
                 now=now,
+                here_state=states.state(v.gateway_id, v.agent_id),
+                hash_mismatches=states.found(v.gateway_id, v.agent_id),
             )
         )
     return out

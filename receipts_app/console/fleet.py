@@ -28,7 +28,8 @@ class FleetView:
 
 
 def fleet_view() -> FleetView:
-    """Every gateway with its counts and mirror (three queries, for any number of gateways)."""
+    """Every gateway with its counts, state and mirror (a fixed number of queries, for any
+    number of gateways: ``receipts_app.gateways``)."""
     chosen = gateway_scope()
     with using_gateway(None):  # the whole fleet, whatever gateway the page shows
         return FleetView(fleet(), chosen)

@@ -10,8 +10,9 @@ from django import template
 from django.http import QueryDict
 
 from opensquilla_site.timeutil import duration_text, ms_text, now_ms
+from receipts_app.health import Verdicts
 from receipts_app.selectors import COUNT_CAP
-from receipts_app.verdict import State, Verdict, health_state
+from receipts_app.verdict import State, Verdict
 
 from .helpers import console_role as _console_role
 from .keys import wrapped_key
@@ -145,9 +146,10 @@ def join_if_list(value: Any) -> str:
 
 
 @register.filter
-def verdict(health: Any) -> Verdict:
-    """The one state of a health entry (``receipts_app.verdict``): its words and badge."""
-    return Verdict(health_state(health))
+def verdict(health: Any, verdicts: Verdicts) -> Verdict:
+    """The one state of a health entry's (gateway, agent) (``h|verdict:verdicts``), as
+    ``receipts_app.health.verdicts`` gave it for every surface: its words and badge."""
+    return Verdict(verdicts.state(health.get("gateway"), health.get("agentId")))
 
 
 @register.filter

@@ -241,8 +241,30 @@ def test_the_mismatch_index_repeats_the_heuristic_term_for_term():
 
     from receipts_app.health import hash_mismatch_predicate
 
-    migration = importlib.import_module("receipts_app.migrations.0012_lighter_indexes")
+    # The latest migration that builds the index (0023: retired_upstream rows left out).
+    migration = importlib.import_module("receipts_app.migrations.0023_hash_mismatch_skips_retired")
     assert migration.HASH_MISMATCH_WHERE == hash_mismatch_predicate("%")
+
+
+def test_the_mismatch_index_in_the_database_leaves_retired_rows_out():
+    """Migration 0023 built the index again with the predicate that skips ``retired_upstream``
+    rows: a retired row naming a hash mismatch is not in it (the match probe never flags it)."""
+    from django.db import connection
+
+    from receipts_app.health import match_probe
+
+    with connection.cursor() as cur:
+        if connection.vendor == "postgresql":
+            cur.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'idx_mdr_hash_mismatch'")
+        else:
+            cur.execute("SELECT sql FROM sqlite_master WHERE name = 'idx_mdr_hash_mismatch'")
+        (definition,) = cur.fetchone()
+    assert "retired_upstream" in definition
+    make_receipt(status="retired_upstream", scope="flush", reason="archive hash mismatch")
+    sql, params = match_probe()
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        assert cur.fetchall() == []
 
 
 def test_the_planner_can_answer_the_match_probe_from_the_mismatch_index():

@@ -6,7 +6,7 @@ from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 
 from ...counts import per_status, receipt_counts
-from ...health import health_by_agent
+from ...health import cards
 from ...statuses import FAILURE_STATUSES, KNOWN_STATUSES
 from .. import selectors as cs
 from ..helpers import VIEW_PERM, HtmxHttpRequest, can_operate, console_view, render_page
@@ -23,12 +23,15 @@ def overview(request: HtmxHttpRequest) -> HttpResponse:
     if missing is not None:
         return missing
     counts = per_status(rows)
+    # Every card's health (no count of rows checked: the page shows none) and its one state.
+    health, states = cards(rows)
     context = {
         "status_counts": [(s, counts.get(s, 0)) for s in KNOWN_STATUSES if counts.get(s)],
         "failure_statuses": FAILURE_STATUSES,
         "scope_counts": cs.counts_by("scope", rows),
         "agent_counts": cs.counts_by("agent_id", rows),
-        "health": health_by_agent(rows, count_checked=False),  # the page shows no count
+        "health": health,
+        "verdicts": states,
         "failure_groups": cs.failure_groups(),
         # Several gateways' rows on the page: every card and group names its gateway, `local`
         # too (else two gateways' "main" read alike). From the counts read above: no query.

@@ -8,6 +8,7 @@ import pytest
 
 from operations_app.gateway_link.views import AgentLinkView, GapView
 from operations_app.models import GatewayLink, GatewayMemoryVerdict
+from receipts_app.verdict import State
 
 NOW = 1_000_000
 
@@ -34,6 +35,8 @@ def _row(*, link_state="ok", answered=True, safety="ok", backlog=0, failures=(),
         at_risk_filter={},
         gap=GapView(total=gap),
         now=NOW,
+        # What health.verdicts says of these counts (the page reads it there).
+        here_state=State.AT_RISK if here else State.OK,
     )
 
 
