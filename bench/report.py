@@ -958,7 +958,7 @@ costs every write its entry.
 | `idx_mdr_reason_trgm` (PostgreSQL) | `?reason=` contains |
 | `idx_mdr_repair_due` (partial: repair-queue rows only) | oldest due repair per agent for `/metrics`, alerts and liveness: one probe per agent |
 | `idx_mdr_hash_mismatch` (partial: rows matching health's hash-mismatch heuristic, normally none) | the match probe of the overview, the agent page, the fleet, `/metrics` and the alerts (`health.verdicts`): one read names the (gateway, agent) pairs with anything to find; windows are read for those only |
-| `idx_mdr_scrub_walk` (gateway, id; partial: checkpoint rows only) | the checkpoint scrub's keyset walk: a batch of 500 reads 500 index entries; without it SQLite read every receipt of the gateway after the cursor and sorted them, per batch (a cycle grew with the square of the ledger) |
+| `idx_mdr_scrub_walk` (gateway, id; partial: checkpoint rows only) | the checkpoint scrub's keyset walk: a batch of 1,000 reads 1,000 index entries; without it SQLite read every receipt of the gateway after the cursor and sorted them, per batch (a cycle grew with the square of the ledger) |
 | events: `idx_event_receipt` (receipt_id, created_at, id) | a receipt's trail; its prefix serves every lookup by receipt_id |
 | events: `idx_event_plan` (partial: `plan_id IS NOT NULL`) | the audit log's plan filter, a plan's follow-up tally |
 """

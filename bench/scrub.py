@@ -25,7 +25,7 @@ read no file bytes (asserted through the report's counters) and costs a ``stat``
 of the batched receipt reads per checkpoint. Its CPU per checkpoint, times 1M checkpoint
 receipts, over the cycle's length (``OPENSQUILLA_SCRUB_CYCLE_SECONDS``, default 3600 s), is the
 share of a core a 1M-receipt cycle costs (goal <= 1 %). Measured at ``--checkpoints`` and
-extrapolated linearly to 1M (the walk is keyset batches of 500 read from
+extrapolated linearly to 1M (the walk is keyset batches of 1,000 read from
 ``idx_mdr_scrub_walk`` in id order, so its cost per row does not grow with the table: measured
 flat from 10,000 to 40,000); the report says so.
 
