@@ -952,6 +952,7 @@ costs every write its entry.
 | `idx_mdr_source_path`, `idx_mdr_target_path` | legacy-archive import's "already recorded?" check, repair by path (an OR of two columns: one index each) |
 | `idx_mdr_reason_trgm` (PostgreSQL) | `?reason=` contains |
 | `idx_mdr_repair_due` (partial: repair-queue rows only) | oldest due repair per agent for `/metrics`, alerts and liveness: one probe per agent |
+| `idx_mdr_unsafe_found` (gateway, agent, status, updated_at; partial: `checkpoint_missing` and `hash_mismatch` rows only) | since when a checkpoint the scrub found unsafe has been at risk (the write that moved it, not when it was saved) for time at risk, `/metrics` and the at-risk-age alert: one probe per (gateway, agent, status) |
 | `idx_mdr_hash_mismatch` (partial: rows matching health's hash-mismatch heuristic, normally none) | the match probe of the overview, the agent page, the fleet, `/metrics` and the alerts (`health.verdicts`): one read names the (gateway, agent) pairs with anything to find; windows are read for those only |
 | `idx_mdr_scrub_walk` (gateway, id; partial: checkpoint rows only) | the checkpoint scrub's keyset walk: a batch of 1,000 reads 1,000 index entries; without it SQLite read every receipt of the gateway after the cursor and sorted them, per batch (a cycle grew with the square of the ledger) |
 | events: `idx_event_receipt` (receipt_id, created_at, id) | a receipt's trail; its prefix serves every lookup by receipt_id |

@@ -28,13 +28,17 @@ from opensquilla_site import timeutil
 from receipts_app.counts import CountRow, receipt_counts
 from receipts_app.health import HashMismatches, Verdicts, at_risk_by_gateway_agent, verdicts
 from receipts_app.ledger.triggers import T
-from receipts_app.statuses import AT_RISK_STATUSES, REPAIR_QUEUE_STATUSES
+from receipts_app.statuses import AT_RISK_STATUSES, REPAIR_QUEUE_STATUSES, SCRUB_VERDICT_STATUSES
 from receipts_app.verdict import State
 from sessions_app.gateways import DEFAULT_GATEWAY
 
 # idx_mdr_repair_due's condition as Django writes it (receipts_app/models.py); SQLite uses a
 # partial index only when the query repeats its condition term for term.
 _REPAIR_QUEUE_CONDITION = '"status" IN (' + ", ".join(f"'{s}'" for s in REPAIR_QUEUE_STATUSES) + ")"
+# idx_mdr_unsafe_found's, the same way.
+_SCRUB_VERDICT_CONDITION = (
+    '"status" IN (' + ", ".join(f"'{s}'" for s in SCRUB_VERDICT_STATUSES) + ")"
+)
 
 
 # (gateway, agent): the key of every per-agent signal.
@@ -102,9 +106,15 @@ def oldest_due_repairs(now: int, counts: list[CountRow]) -> dict[Key, int]:
 
 
 def oldest_at_risk(counts: list[CountRow]) -> dict[Key, int]:
-    """Per (gateway, agent), the creation time (epoch ms) of its oldest receipt at risk: one probe of
-    ``idx_mdr_agent_status`` per (gateway, agent, status) the counts say has rows (so counts
-    scoped to one gateway read only that gateway's rows)."""
+    """Per (gateway, agent), since when (epoch ms) its oldest receipt at risk has been at risk:
+    one index probe per (gateway, agent, status) the counts say has rows (so counts scoped to
+    one gateway read only that gateway's rows).
+
+    A failure is at risk from when it was written (``created_at``, ``idx_mdr_agent_status``).
+    A checkpoint the scrub found missing or damaged was saved, maybe long before, and is at
+    risk from when the scrub found it: the write that moved it (``updated_at``,
+    ``idx_mdr_unsafe_found``); so is a ``hash_mismatch`` row upstream wrote, from the write
+    that gave it that status."""
     keys = sorted(
         {
             (r.gateway_id, r.agent_id, r.status)
@@ -112,15 +122,23 @@ def oldest_at_risk(counts: list[CountRow]) -> dict[Key, int]:
             if r.status in AT_RISK_STATUSES and r.count
         }
     )
-    parts = [
-        f"SELECT %s, %s, (SELECT MIN(created_at) FROM {T} "
-        "WHERE agent_id = %s AND status = %s AND gateway_id = %s)"
-        for _ in keys
-    ]
+    parts = [_since_probe(status) for _gateway, _agent, status in keys]
     params = [
         p for gateway, agent, status in keys for p in (gateway, agent, agent, status, gateway)
     ]
     return _probe(parts, params)
+
+
+def _since_probe(status: str) -> str:
+    if status in SCRUB_VERDICT_STATUSES:
+        return (
+            f"SELECT %s, %s, (SELECT MIN(updated_at) FROM {T} WHERE {_SCRUB_VERDICT_CONDITION} "
+            "AND agent_id = %s AND status = %s AND gateway_id = %s)"
+        )
+    return (
+        f"SELECT %s, %s, (SELECT MIN(created_at) FROM {T} "
+        "WHERE agent_id = %s AND status = %s AND gateway_id = %s)"
+    )
 
 
 def agent_signals(

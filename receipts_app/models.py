@@ -17,7 +17,7 @@ from opensquilla_site.acting import SURFACES as ACTING_SURFACES
 from opensquilla_site.timeutil import now_ms
 from sessions_app.gateways import GatewayManager, GatewayQuerySet, current_gateway, gateway_field
 
-from .statuses import REPAIR_QUEUE_STATUSES
+from .statuses import REPAIR_QUEUE_STATUSES, SCRUB_VERDICT_STATUSES
 
 
 def new_receipt_id() -> str:
@@ -158,6 +158,15 @@ class MemoryDurableReceipt(models.Model):
                 fields=["gateway", "id"],
                 name="idx_mdr_scrub_walk",
                 condition=Q(scope="checkpoint"),
+            ),
+            # Since when a checkpoint the scrub found missing or damaged has been at risk: the
+            # write that moved it (``updated_at``), not when it was saved (``created_at``), a
+            # month before the file went missing perhaps. One probe per (gateway, agent,
+            # status) at any ledger size (operations_app/ledger_state.py spells the same WHERE).
+            models.Index(
+                fields=["gateway", "agent_id", "status", "updated_at"],
+                name="idx_mdr_unsafe_found",
+                condition=Q(status__in=SCRUB_VERDICT_STATUSES),
             ),
             # Since when each agent's oldest due repair has been due (/metrics, alerts,
             # liveness): one probe per agent at any ledger size. Partial, so only rows in the

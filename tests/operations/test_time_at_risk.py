@@ -124,3 +124,60 @@ def viewer_page(db) -> Client:
 
 def test_beat_schedules_the_tracking(settings):
     assert settings.CELERY_BEAT_SCHEDULE["time-at-risk"]["task"] == track_task.name
+
+
+def test_a_checkpoint_the_scrub_finds_missing_is_at_risk_from_when_it_was_found(workspace):
+    """Saved thirty days ago, its file deleted today: at risk for minutes, not thirty days, on
+    the time-at-risk panel, /metrics' age and the at-risk-age alert. A failure still counts
+    from when it was written."""
+    from operations_app.alerts.conditions import Snapshot, firing_subjects
+    from operations_app.ledger_state import agent_signals
+    from operations_app.models import AlertRule
+    from receipts_app.checkpoint import record_memory_checkpoint
+    from receipts_app.scrub import scrub_checkpoints
+    from tests.factories import make_session
+
+    now = timeutil.now_ms()
+    saved = record_memory_checkpoint(make_session("agent:main:webchat:old", messages=3).session_key)
+    _at(saved, created_at=now - 30 * 24 * HOUR, updated_at=now - 30 * 24 * HOUR)
+    (workspace / saved.source_path).unlink()
+    scrub_checkpoints("local", force=True)
+    assert MemoryDurableReceipt.objects.get(pk=saved.pk).status == "checkpoint_missing"
+
+    [entry] = [a for a in time_at_risk_by_agent() if a.agent == "main"]
+    assert entry.open_failures == 1 and entry.at_risk_for_s < 600
+    assert agent_signals()[("local", "main")].oldest_at_risk_age_s < 600
+    rule = AlertRule.objects.create(
+        name="an hour at risk",
+        condition=AlertRule.AT_RISK_AGE,
+        threshold=3600,
+        channel=AlertRule.WEBHOOK,
+        target="https://alerts.example.com/hook",
+    )
+    assert firing_subjects(rule, Snapshot.read()) == {}
+
+    failed = make_receipt(status="checkpoint_failed", agent_id="main")
+    _at(failed, created_at=now - 5 * HOUR, updated_at=now - 5 * HOUR)
+    [entry] = [a for a in time_at_risk_by_agent() if a.agent == "main"]
+    assert entry.open_failures == 2 and entry.at_risk_for_s >= 5 * 3600 - 60
+    assert list(firing_subjects(rule, Snapshot.read())) == ["local/main"]
+
+
+def test_since_when_a_found_checkpoint_is_at_risk_is_one_index_probe():
+    """The probe repeats idx_mdr_unsafe_found's condition, so both planners serve it from
+    that index (a few pages) at any ledger size, not from the agent's every row."""
+    from django.db import connection
+
+    from operations_app.ledger_state import _since_probe
+
+    sql = _since_probe("checkpoint_missing")
+    params = ["local", "main", "main", "checkpoint_missing", "local"]
+    with connection.cursor() as cur:
+        if connection.vendor == "postgresql":
+            cur.execute("SET LOCAL enable_seqscan = off")
+            cur.execute("SET LOCAL enable_bitmapscan = off")
+            cur.execute(f"EXPLAIN {sql}", params)
+        else:
+            cur.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+        plan = "\n".join(str(r) for r in cur.fetchall())
+    assert "idx_mdr_unsafe_found" in plan, plan
