@@ -357,5 +357,8 @@ def serve(root: str, requests: IO[str] | None = None, answers: IO[str] | None = 
     threading.Thread(target=take, name="requests", daemon=True).start()
     while (line := waiting.get()) is not None:
         if line.strip():
-            answers.write(json.dumps(_answer(workspace, line), separators=(",", ":")) + "\n")
-            answers.flush()
+            try:
+                answers.write(json.dumps(_answer(workspace, line), separators=(",", ":")) + "\n")
+                answers.flush()
+            except BrokenPipeError:
+                return  # the scrub is gone (its worker killed): nobody to answer

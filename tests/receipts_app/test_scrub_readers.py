@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -254,3 +255,47 @@ def _event(sequence: int, **extra) -> str:
 def test_a_checkpoints_lines_are_checked_one_by_one(lines, problem):
     body = ("\n".join(lines) + "\n").encode()
     assert filecheck.coverage_problem(body, "agent:main:x", "t", None) == problem
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_reader_processes_end_when_their_scrub_is_killed(tmp_path):
+    """kill -9 of the worker running a scrub leaves no reader behind: a reader's input
+    closes with its scrub, and it ends."""
+    program = (
+        "import django, os, sys, time\n"
+        "os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'opensquilla_site.settings')\n"
+        "django.setup()\n"
+        "from pathlib import Path\n"
+        "from receipts_app.scrub.readers import ReaderProcesses\n"
+        "readers = ReaderProcesses(Path(sys.argv[1]), processes=2)\n"
+        "readers.submit([]).result(30)\n"
+        "print(' '.join(str(r._process.pid) for r in readers._readers), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    scrub = subprocess.Popen(
+        [sys.executable, "-c", program, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=str(readers.Path(readers._HERE).parents[1]),
+    )
+    try:
+        pids = [int(pid) for pid in scrub.stdout.readline().split()]
+        assert len(pids) == 2 and all(os.path.exists(f"/proc/{pid}") for pid in pids)
+        scrub.kill()
+        scrub.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_running(pid) for pid in pids):
+            time.sleep(0.05)
+        assert not any(_running(pid) for pid in pids)
+    finally:
+        scrub.kill()
+        scrub.wait()
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a reader whose parent died is reaped by init)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
