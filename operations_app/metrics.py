@@ -30,7 +30,7 @@ from receipts_app.verdict import SEVERITY
 from . import counters, heartbeats
 from .gateway_link.states import LinkState
 from .ledger_state import agent_signals
-from .mirror import mirror_views
+from .mirror import MirrorView, mirror_views
 from .models import GatewayMemoryVerdict, TaskStat
 from .queues import queue_depths
 
@@ -190,12 +190,24 @@ def _liveness_metrics(gateways: set[str]) -> Iterator[Metric]:
         lag = GaugeMetricFamily(
             "opensquilla_mirror_lag_seconds",
             "How far the live mirror is behind its OpenSquilla sessions.db, per gateway.",
-            labels=["source", "gateway"],
+            labels=["source", "gateway"],  # source: its number among the gateway's
         )
-        for m in mirrors:
+        for source, m in _numbered_sources(mirrors):
             if m.lag_seconds is not None:
-                lag.add_metric([m.source, m.gateway], m.lag_seconds)
+                lag.add_metric([source, m.gateway], m.lag_seconds)
         yield lag
+
+
+def _numbered_sources(mirrors: list[MirrorView]) -> list[tuple[str, MirrorView]]:
+    """Each followed source named by its place among its gateway's (``1``, ``2``… in the
+    liveness page's order), not by its ``sessions.db`` path: a read-scope scraper sees states
+    only, as a viewer does on every page (receipts_app/mirror/exposure.py)."""
+    numbered: list[tuple[str, MirrorView]] = []
+    seen: dict[str, int] = {}
+    for m in sorted(mirrors, key=lambda m: (m.gateway, m.source)):
+        seen[m.gateway] = seen.get(m.gateway, 0) + 1
+        numbered.append((str(seen[m.gateway]), m))
+    return numbered
 
 
 def _gateway_link_metrics(now: int) -> Iterator[Metric]:
