@@ -166,18 +166,9 @@ def test_a_checkpoint_the_scrub_finds_missing_is_at_risk_from_when_it_was_found(
 def test_since_when_a_found_checkpoint_is_at_risk_is_one_index_probe():
     """The probe repeats idx_mdr_unsafe_found's condition, so both planners serve it from
     that index (a few pages) at any ledger size, not from the agent's every row."""
-    from django.db import connection
-
     from operations_app.ledger_state import _since_probe
+    from tests.query_plans import plan_of
 
-    sql = _since_probe("checkpoint_missing")
     params = ["local", "main", "main", "checkpoint_missing", "local"]
-    with connection.cursor() as cur:
-        if connection.vendor == "postgresql":
-            cur.execute("SET LOCAL enable_seqscan = off")
-            cur.execute("SET LOCAL enable_bitmapscan = off")
-            cur.execute(f"EXPLAIN {sql}", params)
-        else:
-            cur.execute(f"EXPLAIN QUERY PLAN {sql}", params)
-        plan = "\n".join(str(r) for r in cur.fetchall())
+    plan = plan_of(_since_probe("checkpoint_missing"), params)
     assert "idx_mdr_unsafe_found" in plan, plan

@@ -31,6 +31,7 @@ from receipts_app.scrub.throttle import Throttle
 from receipts_app.selectors import ReceiptFilter, filter_receipts
 from sessions_app.gateways import MisroutedWork, ensure_gateway, using_gateway
 from tests.factories import make_session
+from tests.query_plans import plan_of
 
 from .requeue_support import sent_fixture  # noqa: F401
 
@@ -356,18 +357,9 @@ def test_beat_queues_each_gateways_scrub_to_the_worker_holding_its_files(db, sen
 def test_the_walk_reads_a_batch_from_the_scrub_index_not_the_whole_gateway(full, agent):
     """A batch of the walk costs its own rows at any ledger size: the planner serves it
     from idx_mdr_scrub_walk (gateway, id), in id order from the cursor."""
-    from django.db import connection
-
     columns = scrub_run._READ if full else scrub_run._WALK
     walk = scrub_run._selection("b", agent).order_by("id").values_list(*columns)
     sql, params = walk.filter(id__gt=0)[: scrub_run.BATCH].query.sql_with_params()
-    with connection.cursor() as cur:
-        if connection.vendor == "postgresql":
-            cur.execute("SET LOCAL enable_seqscan = off")
-            cur.execute("SET LOCAL enable_bitmapscan = off")
-            cur.execute(f"EXPLAIN {sql}", params)
-        else:
-            cur.execute(f"EXPLAIN QUERY PLAN {sql}", params)
-        plan = "\n".join(str(r) for r in cur.fetchall())
+    plan = plan_of(sql, params)
     assert "idx_mdr_scrub_walk" in plan, plan
     assert "TEMP B-TREE" not in plan, plan  # no sort: the index is in id order
