@@ -13,6 +13,7 @@ from receipts_app.console.helpers import (
     HtmxHttpRequest,
     can_operate,
     console_view,
+    render_panel,
     shown_to,
 )
 from sessions_app.gateways import (
@@ -56,7 +57,13 @@ def time_at_risk_panel(request: HtmxHttpRequest) -> HttpResponse:
         # The same agent name on two gateways is two rows: name the gateway when there are several.
         "show_gateway": Gateway.objects.count() > 1,
     }
-    return render(request, "operations/_time_at_risk.html", context)
+    return render_panel(
+        request,
+        "operations/_time_at_risk.html",
+        context,
+        title="Time at risk",
+        empty_text="No failure has been tracked yet.",
+    )
 
 
 @require_GET
@@ -73,7 +80,7 @@ def gateway_link_panel(request: HtmxHttpRequest) -> HttpResponse:
         return HttpResponse(str(exc), status=400, content_type="text/plain")
     with using_gateway(name):
         rows = agent_link_views()
-    return render(
+    return render_panel(
         request,
         "console/_gateway_link_panel.html",
         # Viewers see the link's reachability only; its messages name addresses and errors.
@@ -83,6 +90,8 @@ def gateway_link_panel(request: HtmxHttpRequest) -> HttpResponse:
             "is_admin": False,
             "show_details": can_operate(request.user),
         },
+        title="The gateway's own view",
+        empty_text="No gateway is linked: no reading of a gateway's own view to show.",
     )
 
 

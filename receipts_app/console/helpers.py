@@ -15,7 +15,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template import TemplateDoesNotExist
-from django.template.loader import get_template
+from django.template.loader import get_template, render_to_string
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
@@ -88,6 +88,31 @@ def render_page(
         else:
             name = f"{template}#{target}"
     return render(request, name, context, status=status)
+
+
+PANEL_PAGE = "console/panel_page.html"
+
+
+def render_panel(
+    request: HtmxHttpRequest,
+    template: str,
+    context: dict[str, Any],
+    *,
+    title: str,
+    empty_text: str,
+) -> HttpResponse:
+    """A panel a page loads after it renders: for htmx the fragment alone; opened at its own
+    URL (a bookmark, a link copied from the browser's network tab), the panel inside the
+    console's page, so it has the header and the styles (a bare fragment is an unstyled table
+    wider than a phone), and a panel with nothing to show says so instead of a blank page."""
+    if getattr(request, "htmx", False):
+        return render(request, template, context)
+    panel = render_to_string(template, context, request=request)
+    return render(
+        request,
+        PANEL_PAGE,
+        {"title": title, "panel": panel, "empty": not panel.strip(), "empty_text": empty_text},
+    )
 
 
 def render_fragment(

@@ -8,14 +8,21 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.http import HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from sessions_app.gateways import DEFAULT_GATEWAY
 
 from ...scrub import request_scrub, verified_summary
-from ..helpers import OPERATE_PERM, VIEW_PERM, HtmxHttpRequest, can_operate, console_view
+from ..helpers import (
+    OPERATE_PERM,
+    VIEW_PERM,
+    HtmxHttpRequest,
+    can_operate,
+    console_view,
+    render_panel,
+)
 
 
 @require_GET
@@ -26,7 +33,13 @@ def checkpoints_verified(request: HtmxHttpRequest) -> HttpResponse:
         "checkpoints": list(verified_summary().values()),
         "can_operate": can_operate(request.user),
     }
-    return render(request, "console/_checkpoints_panel.html", context)
+    return render_panel(
+        request,
+        "console/_checkpoints_panel.html",
+        context,
+        title="Checkpoints on disk",
+        empty_text="No checkpoint file has been verified on disk yet.",
+    )
 
 
 @require_POST

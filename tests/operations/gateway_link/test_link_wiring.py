@@ -460,7 +460,10 @@ def test_the_panel_is_scoped_to_the_overviews_gateway(gateway, ledger, operator)
 
     scoped = operator.get(reverse("receipts:overview") + "?gateway=local").content.decode()
     assert "/operations/gateway-link/?gateway=local" in scoped
-    panel = operator.get(reverse("operations:gateway_link") + "?gateway=local")
+    # As the overview's slot asks (htmx): the fragment alone, empty for a gateway not linked.
+    panel = operator.get(
+        reverse("operations:gateway_link") + "?gateway=local", HTTP_HX_REQUEST="true"
+    )
     assert panel.content.decode().strip() == ""
     assert (
         NAME
