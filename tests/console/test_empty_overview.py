@@ -1,0 +1,30 @@
+"""An empty ledger's overview: every panel says there is nothing, none is a blank box."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.factories import make_receipt
+
+pytestmark = pytest.mark.django_db
+
+
+def _section(page: str, labelled_by: str) -> str:
+    start = page.index(f'aria-labelledby="{labelled_by}"')
+    return page[start : page.index("</section>", start)]
+
+
+def test_an_empty_ledger_says_so_in_every_panel(viewer_client):
+    page = viewer_client.get("/").content.decode()
+    assert "No receipts." in _section(page, "by-status")
+    assert "No receipts." in _section(page, "by-scope")
+    assert "No receipts created in this range." in _section(page, "chart-title")
+
+
+def test_a_ledger_with_receipts_shows_them_not_the_empty_notes(viewer_client):
+    make_receipt(session_key="agent:main:webchat:empty", status="checkpoint_failed")
+    page = viewer_client.get("/").content.decode()
+    assert "No receipts." not in page
+    assert not re.search(r"No receipts created in this range", page)
