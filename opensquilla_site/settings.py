@@ -87,6 +87,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     # After auth, so a refused page can render the console's own error page.
     "opensquilla_site.middleware.RejectNulMiddleware",
+    # After auth too: a bare 405 from a view's method check becomes a console page.
+    "opensquilla_site.console_http.ConsoleErrorPagesMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",

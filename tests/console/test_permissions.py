@@ -145,3 +145,20 @@ def test_csrf_is_enforced_on_console_posts(failed, db):
     # The page carries the token in hx-headers on <body>, which is what htmx sends.
     page = client.get(reverse("receipts:list")).content.decode()
     assert 'hx-headers=\'{"X-CSRFToken": "' in page
+
+
+def test_a_wrong_method_gets_a_page_that_says_so(operator_client, failed):
+    """A bare 405 from Django's method check was a blank page; it now says what to use, keeps
+    the Allow header, and an htmx request gets the message in the page's message area."""
+    url = reverse("receipts:requeue", args=[failed.receipt_id])
+    response = operator_client.get(url)
+    assert response.status_code == 405 and response["Allow"] == "POST"
+    body = response.content.decode()
+    assert "This address does not accept GET: use POST." in body
+    assert "Back to the overview" in body  # the console's error page, not a bare body
+    htmx = operator_client.put(reverse("receipts:list"), headers={"HX-Request": "true"})
+    assert htmx.status_code == 405 and htmx["HX-Retarget"] == "#messages"
+    assert "does not accept PUT" in htmx.content.decode()
+    # The API keeps its JSON answer.
+    api = operator_client.delete(reverse("api:list_receipts"))
+    assert api.status_code == 405 and api.json()["code"] == "method_not_allowed"
