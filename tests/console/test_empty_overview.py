@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from receipts_app.failure_groups import fold_all
 from tests.factories import make_receipt
 
 pytestmark = pytest.mark.django_db
@@ -21,6 +22,9 @@ def test_an_empty_ledger_says_so_in_every_panel(viewer_client):
     assert "No receipts." in _section(page, "by-status")
     assert "No receipts." in _section(page, "by-scope")
     assert "No receipts created in this range." in _section(page, "chart-title")
+    # Not "All 0 receipts at risk".
+    assert "No receipt is at risk in the ledger" in _section(page, "groups-title")
+    assert "All 0" not in page
 
 
 def test_a_ledger_with_receipts_shows_them_not_the_empty_notes(viewer_client):
@@ -28,3 +32,9 @@ def test_a_ledger_with_receipts_shows_them_not_the_empty_notes(viewer_client):
     page = viewer_client.get("/").content.decode()
     assert "No receipts." not in page
     assert not re.search(r"No receipts created in this range", page)
+    # Until beat's fold groups it, the panel says a change waits, not that nothing is at risk.
+    assert "No receipt is at risk" not in page
+    assert "1 change arrived in the last seconds" in _section(page, "groups-title")
+    fold_all()
+    page = viewer_client.get("/").content.decode()
+    assert "The one receipt at risk in the ledger" in _section(page, "groups-title")
