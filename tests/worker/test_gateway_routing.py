@@ -115,6 +115,17 @@ class EdgeSet:
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
+    def consumes(self, queue: str) -> bool:
+        """Whether a running worker says it consumes ``queue`` (its heartbeat), the edge set
+        still up."""
+        self.check_running()
+        return any(
+            queue in (details or {}).get("queues", [])
+            for details in Heartbeat.objects.filter(kind="worker", state="running").values_list(
+                "details", flat=True
+            )
+        )
+
     def check_running(self) -> None:
         if self.process.poll() is not None:
             pytest.fail(
@@ -202,16 +213,9 @@ def test_a_requeue_of_gateway_bs_checkpoint_runs_on_bs_worker_into_bs_workspace(
 
     wait_for(followed, what="b's rows followed by b's edge mirror")
 
-    def worker_live() -> bool:
-        edge.check_running()
-        return any(
-            f"{prefix}b" in (details or {}).get("queues", [])
-            for details in Heartbeat.objects.filter(kind="worker", state="running").values_list(
-                "details", flat=True
-            )
-        )
-
-    wait_for(worker_live, what="b's edge worker to say it consumes b's queue")
+    wait_for(
+        lambda: edge.consumes(f"{prefix}b"), what="b's edge worker to say it consumes b's queue"
+    )
 
     # The central liveness page lists b's edge processes, each with its gateway, host, state
     # and restarts (from its own heartbeat: b's host has its own supervisor status files).

@@ -27,7 +27,6 @@ from typing import Any
 import pytest
 
 from opensquilla_site.acting import Actor
-from operations_app.models import Heartbeat
 from receipts_app import handover
 from receipts_app.models import MemoryDurableReceipt, ReceiptEvent
 from receipts_app.statuses import REPAIR_QUEUE_STATUSES
@@ -195,16 +194,9 @@ def test_the_edge_sets_running_unasked_leave_bs_workspace_alone_until_its_repair
 
     wait_for(followed, what="b's ledger followed by b's edge follower, its 2 due repairs here")
 
-    def worker_live() -> bool:
-        edge.check_running()
-        return any(
-            f"{prefix}b" in (d or {}).get("queues", [])
-            for d in Heartbeat.objects.filter(kind="worker", state="running").values_list(
-                "details", flat=True
-            )
-        )
-
-    wait_for(worker_live, what="b's edge worker to say it consumes b's queue")
+    wait_for(
+        lambda: edge.consumes(f"{prefix}b"), what="b's edge worker to say it consumes b's queue"
+    )
 
     # Centrally: beat and a worker for the central tasks, with local's own workspaces.
     central_env = {**common, TEST_QUEUE_ENV: celery_queue}
